@@ -1,0 +1,44 @@
+# Every target sets itself up on a fresh machine: venv, editable install, control-plane binaries.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTHON ?= python3
+
+.PHONY: setup binaries check test unit demo bench clean format
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+# Builds kube-apiserver, kube-controller-manager, etcd and kwok through the Go module proxy
+# into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them in seconds.
+binaries: setup
+	$(PY) -m gitops_gpu testbed build
+
+check: setup
+	$(VENV)/bin/ruff format --check gitops_gpu tests bench
+	$(VENV)/bin/ruff check gitops_gpu tests bench
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format gitops_gpu tests bench
+	$(VENV)/bin/ruff check --fix gitops_gpu tests bench
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+test: binaries
+	$(VENV)/bin/pytest -q
+
+demo: binaries
+	$(PY) -m gitops_gpu demo $(DEMO_ARGS)
+
+bench: binaries
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .testbed .pytest_cache .mypy_cache .ruff_cache

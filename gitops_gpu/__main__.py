@@ -1,0 +1,3 @@
+from gitops_gpu.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""What a fleet commit compiles to: plain frozen values that every later layer consumes.
+
+Per cluster: ONE ClusterPolicy (the GPU Operator ignores extra ones), one NVIDIADriver per
+pool, and per pool the node labels that realise MIG, device-plugin config, workload type and
+per-pool component switches. Manifests are plain dicts exactly as they will be applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Manifest = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    soak_seconds: float = 0.0
+    max_unhealthy_nodes: int = 0
+    approval_required: bool = False
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    pools: tuple[str, ...]
+    gate: GateSpec = field(default_factory=GateSpec)
+    on_failure: str = "hold"  # hold | rollback
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    name: str
+    cluster: str
+    stage: str
+    node_selector: Mapping[str, str]
+    max_unavailable: int | str  # an int or a percent string like "25%"
+    gpu_product: str | None
+    mig_config: str | None
+    device_plugin_config: str | None
+    # Labels gitops-gpu sets on every node of the pool (includes gitops-gpu.io/pool).
+    node_labels: Mapping[str, str]
+    # The pool's NVIDIADriver manifest (nvidia.com/v1alpha1), name = pool name.
+    driver: Manifest
+    driver_version: str | None
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    name: str
+    context: str | None
+    cluster_policy: Manifest
+    pools: Mapping[str, PoolTarget]
+
+
+@dataclass(frozen=True)
+class CompiledFleet:
+    commit: str
+    name: str
+    stages: tuple[StageSpec, ...]
+    clusters: Mapping[str, ClusterTarget]
+
+    def pool(self, name: str) -> PoolTarget:
+        for cluster in self.clusters.values():
+            if name in cluster.pools:
+                return cluster.pools[name]
+        raise KeyError(name)
+
+    def stage(self, name: str) -> StageSpec:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def stage_of(self, pool: str) -> StageSpec:
+        for stage in self.stages:
+            if pool in stage.pools:
+                return stage
+        raise KeyError(pool)

@@ -1,0 +1,325 @@
+"""The only importer of the kubernetes client.
+
+A thin, typed layer over the REST API that works on plain dicts (manifests as the apiserver
+speaks them), so the pure layers never see client model classes. Server-side apply is sent as
+``application/apply-patch+yaml`` with a JSON body (JSON is YAML). Every request is counted per
+verb and resource so benchmarks can report API traffic.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+
+from gitops_gpu.errors import KubeError
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, name: str | None = None, namespace: str | None = None) -> str:
+        base = (
+            "/api/" + self.api_version
+            if "/" not in self.api_version
+            else "/apis/" + self.api_version
+        )
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+_KNOWN = [
+    Resource("v1", "Node", "nodes", False),
+    Resource("v1", "Namespace", "namespaces", False),
+    Resource("v1", "Pod", "pods", True),
+    Resource("v1", "Event", "events", True),
+    Resource("v1", "ConfigMap", "configmaps", True),
+    Resource("v1", "Secret", "secrets", True),
+    Resource("v1", "ServiceAccount", "serviceaccounts", True),
+    Resource("coordination.k8s.io/v1", "Lease", "leases", True),
+    Resource(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+    ),
+    Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
+    Resource("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
+    Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
+    Resource("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", False),
+    Resource("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", False),
+    Resource("gitops-gpu.io/v1alpha1", "NodeGPUReport", "nodegpureports", False),
+]
+RESOURCES: dict[tuple[str, str], Resource] = {(r.api_version, r.kind): r for r in _KNOWN}
+
+
+def resource(api_version: str, kind: str) -> Resource:
+    try:
+        return RESOURCES[(api_version, kind)]
+    except KeyError:
+        raise KubeError(
+            f"unknown resource {api_version} {kind}", fix="add it to kube.RESOURCES"
+        ) from None
+
+
+class ConflictError(KubeError):
+    """Server-side apply refused: another field manager owns fields we set."""
+
+    def __init__(self, message: str, managers: list[str]) -> None:
+        super().__init__(message, fix="re-run with --force-conflicts to take ownership")
+        self.managers = managers
+
+
+class NotFoundError(KubeError):
+    pass
+
+
+class Client:
+    """A kube-apiserver connection speaking plain dicts."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self.api = api_client
+        self.requests: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> Client:
+        cfg = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_kube_config(
+                config_file=path, context=context, client_configuration=cfg
+            )
+        except Exception as exc:  # the loader raises several unrelated types
+            raise KubeError(
+                f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}",
+                fix="pass --kubeconfig with a readable kubeconfig file",
+            ) from exc
+        return cls(kubernetes.client.ApiClient(cfg))
+
+    @classmethod
+    def from_token(cls, host: str, token: str, ca_file: str) -> Client:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = host
+        cfg.api_key = {"authorization": "Bearer " + token}
+        cfg.ssl_ca_cert = ca_file
+        return cls(kubernetes.client.ApiClient(cfg))
+
+    def close(self) -> None:
+        self.api.close()
+
+    # -- raw ------------------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 30,
+    ) -> Any:
+        verb = method if not query or "watch" not in query else "WATCH"
+        with self._lock:
+            self.requests[f"{verb} {path.split('?', maxsplit=1)[0]}"] += 1
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        resp = self._call(method, path, query or {}, headers, body, timeout)
+        data = resp.read()
+        if not 200 <= resp.status < 300:
+            raise _translate(resp.status, resp.reason, data, method, path)
+        return json.loads(data) if data else None
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        headers: dict[str, str],
+        body: Any,
+        timeout: Any,
+    ) -> Any:
+        try:
+            m, url, hdrs, payload, _ = self.api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(query.items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            return self.api.call_api(
+                m, url, header_params=hdrs, body=payload, _request_timeout=timeout
+            )
+        except Exception as exc:  # urllib3 connection errors and the like
+            raise KubeError(
+                f"{method} {path}: {exc}", fix="check the apiserver is reachable"
+            ) from exc
+
+    # -- typed helpers -------------------------------------------------------------------------
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        try:
+            out: Obj = self.request("GET", resource(api_version, kind).path(name, namespace))
+        except NotFoundError:
+            return None
+        return out
+
+    def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, label_selector: str = ""
+    ) -> Obj:
+        query = {"labelSelector": label_selector} if label_selector else None
+        out: Obj = self.request(
+            "GET", resource(api_version, kind).path(None, namespace), query=query
+        )
+        return out
+
+    def apply(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        field_manager: str,
+        force: bool = False,
+        dry_run: bool = False,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Server-side apply ``obj``; with ``dry_run`` the server computes the result only."""
+        res = resource(obj["apiVersion"], obj["kind"])
+        meta = obj.get("metadata", {})
+        path = res.path(meta["name"], meta.get("namespace"))
+        if subresource:
+            path += "/" + subresource
+        query = {"fieldManager": field_manager}
+        if force:
+            query["force"] = "true"
+        if dry_run:
+            query["dryRun"] = "All"
+        # A JSON string body: JSON is YAML, and a str is sent as-is whatever the content type.
+        out: Obj = self.request(
+            "PATCH",
+            path,
+            query=query,
+            body=json.dumps(obj),
+            content_type="application/apply-patch+yaml",
+        )
+        return out
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        field_manager: str | None = None,
+    ) -> Obj:
+        """JSON merge patch (used for node labels, where keys are added and removed)."""
+        query = {"fieldManager": field_manager} if field_manager else None
+        out: Obj = self.request(
+            "PATCH",
+            resource(api_version, kind).path(name, namespace),
+            query=query,
+            body=dict(patch),
+            content_type="application/merge-patch+json",
+        )
+        return out
+
+    def create(self, obj: Mapping[str, Any], *, field_manager: str | None = None) -> Obj:
+        res = resource(obj["apiVersion"], obj["kind"])
+        query = {"fieldManager": field_manager} if field_manager else None
+        out: Obj = self.request(
+            "POST",
+            res.path(None, obj.get("metadata", {}).get("namespace")),
+            query=query,
+            body=dict(obj),
+        )
+        return out
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        try:
+            self.request("DELETE", resource(api_version, kind).path(name, namespace))
+        except NotFoundError:
+            return False
+        return True
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        label_selector: str = "",
+    ) -> Iterator[Obj]:
+        """Yield watch events ({type, object}) until the server closes the stream."""
+        path = resource(api_version, kind).path()
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            "allowWatchBookmarks": "true",
+        }
+        if label_selector:
+            query["labelSelector"] = label_selector
+        with self._lock:
+            self.requests[f"WATCH {path}"] += 1
+        resp = self._call(
+            "GET", path, query, {"Accept": "application/json"}, None, (10, timeout_seconds + 30)
+        )
+        if not 200 <= resp.status < 300:
+            raise _translate(resp.status, resp.reason, resp.read(), "WATCH", path)
+        raw = resp.response
+        try:
+            buf = b""
+            for chunk in raw.stream(65536):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            raw.release_conn()
+
+
+def _translate(
+    status: int, reason: str | None, body: bytes | None, method: str, path: str
+) -> KubeError:
+    message = reason or ""
+    details: Obj = {}
+    try:
+        details = json.loads(body or b"{}")
+        message = details.get("message", message)
+    except (ValueError, TypeError):
+        pass
+    if status == 404:
+        return NotFoundError(
+            f"{method} {path}: not found", fix="check the name and that the CRD is installed"
+        )
+    if status == 409 and "conflict" in message.lower() and method == "PATCH":
+        causes = details.get("details", {}).get("causes", [])
+        managers = sorted(
+            {c.get("message", "").split('"')[1] for c in causes if '"' in c.get("message", "")}
+        )
+        return ConflictError(f"{method} {path}: {message}", managers)
+    if status == 403:
+        return KubeError(
+            f"{method} {path}: forbidden: {message}", fix="grant the permission in RBAC"
+        )
+    if status == 422:
+        return KubeError(
+            f"{method} {path}: invalid: {message}",
+            fix="fix the object so the CRD schema accepts it",
+        )
+    return KubeError(f"{method} {path}: HTTP {status}: {message}", fix="see the apiserver log")

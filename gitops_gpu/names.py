@@ -1,0 +1,34 @@
+"""Names shared by every layer: label and annotation keys, field manager, object names."""
+
+from __future__ import annotations
+
+FIELD_MANAGER = "gitops-gpu"
+GROUP = "gitops-gpu.io"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gitops-gpu"
+
+COMMIT_ANNOTATION = f"{GROUP}/commit"
+POOL_ANNOTATION = f"{GROUP}/pool"
+STAGE_ANNOTATION = f"{GROUP}/stage"
+# On nodes: which label keys gitops-gpu set (so it never removes labels it did not set).
+MANAGED_LABELS_ANNOTATION = f"{GROUP}/managed-labels"
+# On nodes: the pool that owns the node, set by gitops-gpu with the pool's labels.
+POOL_LABEL = f"{GROUP}/pool"
+
+CLUSTER_POLICY_NAME = "cluster-policy"
+CLUSTER_POLICY_API = ("nvidia.com/v1", "ClusterPolicy")
+NVIDIA_DRIVER_API = ("nvidia.com/v1alpha1", "NVIDIADriver")
+NODE_GPU_REPORT_API = (f"{GROUP}/v1alpha1", "NodeGPUReport")
+
+# GPU Operator node labels
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+WORKLOAD_CONFIG_LABEL = "nvidia.com/gpu.workload.config"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+DRIVER_OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"

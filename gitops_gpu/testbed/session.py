@@ -1,0 +1,58 @@
+"""One call that brings a testbed up ready for use: binaries, processes, CRDs, fleet nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitops_gpu import kube, paths
+from gitops_gpu.testbed import build, controlplane, crds, nodes
+
+
+@dataclass
+class Testbed:
+    __test__ = False  # not a pytest test class
+    state: controlplane.State
+    client: kube.Client
+    node_names: list[str]
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(self.state.kubeconfig)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.state.dir)
+
+
+def start(
+    directory: Path,
+    *,
+    fleet: Path | None = None,
+    nodes_per_pool: int = 2,
+    crds_dir: Path | None = None,
+    die_with_parent: bool = False,
+    progress: build.Progress = build._stderr,
+) -> Testbed:
+    bins = build.ensure_binaries(progress)
+    state = controlplane.up(bins, directory, die_with_parent=die_with_parent, progress=progress)
+    try:
+        client = kube.Client.from_kubeconfig(str(state.kubeconfig))
+        crd_paths = [crds_dir or paths.default_crds_dir()]
+        if paths.own_crds_dir().exists():
+            crd_paths.append(paths.own_crds_dir())
+        installed = crds.install(client, crd_paths)
+        progress(f"installed {len(installed)} CRDs")
+        names: list[str] = []
+        if fleet is not None:
+            names = nodes.create_pool_nodes(client, nodes.read_pool_shapes(fleet), nodes_per_pool)
+            nodes.wait_ready(client, names)
+            progress(f"{len(names)} fake GPU nodes Ready")
+    except BaseException:
+        controlplane.down(directory)
+        raise
+    return Testbed(state=state, client=client, node_names=names)
+
+
+def stop(directory: Path) -> bool:
+    return controlplane.down(directory)
