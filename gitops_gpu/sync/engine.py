@@ -1,0 +1,251 @@
+"""Plan and apply one cluster's compiled target: objects by server-side apply, node labels in
+batches. Results are values (ClusterPlan, ApplyResult) that feed the CLI, statuses and metrics.
+
+Drift is found by a server-side dry-run apply of each compiled object (field manager
+``gitops-gpu``) compared with the live object, so CRD defaults and fields set by the GPU
+Operator never show as drift. A memo keyed by the live resourceVersion and the manifest lets an
+idle pass skip the dry runs entirely; the real apply is sent only for objects that drifted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitops_gpu import kube, names
+from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
+from gitops_gpu.sync import diff, labels
+from gitops_gpu.sync.live import LiveReader, selector_matches
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+CP_API, CP_KIND = names.CLUSTER_POLICY_API
+DRV_API, DRV_KIND = names.NVIDIA_DRIVER_API
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which part of a cluster's target a plan covers."""
+
+    pools: frozenset[str]
+    cluster_scoped: bool  # the ClusterPolicy, prunes and orphaned node labels
+
+
+def select(
+    compiled: CompiledFleet,
+    cluster: ClusterTarget,
+    *,
+    pool: str | None = None,
+    stage: str | None = None,
+) -> Selection:
+    """``--pool`` covers one pool's objects; ``--stage`` its pools, plus the cluster-scoped part
+    when it is the cluster's first stage (that stage carries cluster-wide changes)."""
+    if pool is not None:
+        return Selection(frozenset({pool}) & frozenset(cluster.pools), False)
+    if stage is not None:
+        pools = frozenset(compiled.stage(stage).pools) & frozenset(cluster.pools)
+        return Selection(pools, first_stage(compiled, cluster) == stage)
+    return Selection(frozenset(cluster.pools), True)
+
+
+def first_stage(compiled: CompiledFleet, cluster: ClusterTarget) -> str | None:
+    for stage in compiled.stages:
+        if set(stage.pools) & set(cluster.pools):
+            return stage.name
+    return None
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: str
+    objects: tuple[diff.ObjectDiff, ...]
+    nodes: tuple[diff.NodeLabelDiff, ...]  # nodes whose labels change
+    node_count: int
+    max_unavailable: int | str = "25%"
+    selector: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def in_sync(self) -> bool:
+        return not any(o.drifted for o in self.objects) and not self.nodes
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    cluster: str
+    commit: str
+    cluster_objects: tuple[diff.ObjectDiff, ...]  # the ClusterPolicy and prunes
+    pools: tuple[PoolPlan, ...]
+    orphan_nodes: tuple[diff.NodeLabelDiff, ...]  # labelled by a pool that no longer exists
+
+    @property
+    def objects(self) -> tuple[diff.ObjectDiff, ...]:
+        return self.cluster_objects + tuple(o for p in self.pools for o in p.objects)
+
+    @property
+    def in_sync(self) -> bool:
+        return (
+            not any(o.drifted for o in self.objects)
+            and all(p.in_sync for p in self.pools)
+            and not self.orphan_nodes
+        )
+
+
+@dataclass
+class ApplyResult:
+    applied: list[diff.ObjectDiff] = field(default_factory=list)
+    conflicts: list[tuple[diff.ObjectDiff, list[str]]] = field(default_factory=list)
+    label_batches: list[list[str]] = field(default_factory=list)
+    nodes_pending: int = 0  # label changes left for a later pass (maxUnavailable reached)
+
+
+def _digest(manifest: Obj) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+class Engine:
+    def __init__(
+        self,
+        client: kube.Client,
+        reader: LiveReader | None = None,
+        field_manager: str = names.FIELD_MANAGER,
+    ) -> None:
+        self.client = client
+        self.reader = reader or LiveReader(client)
+        self.field_manager = field_manager
+        # (kind, name) -> (live resourceVersion, manifest digest): known to be in sync.
+        self._in_sync: dict[tuple[str, str], tuple[str, str]] = {}
+
+    # -- plan -----------------------------------------------------------------------------------
+    def _diff(self, manifest: Obj, live: Obj | None, pool: str | None) -> diff.ObjectDiff:
+        key = (str(manifest["kind"]), str(manifest["metadata"]["name"]))
+        digest = _digest(manifest)
+        if live is not None:
+            rv = str(live["metadata"].get("resourceVersion", ""))
+            if self._in_sync.get(key) == (rv, digest):
+                return diff.ObjectDiff(key[0], key[1], pool, diff.Action.UNCHANGED, (), manifest)
+        dry = self.client.apply(
+            manifest, field_manager=self.field_manager, dry_run=True, force=True
+        )
+        result = diff.diff_object(manifest, dry, live, pool)
+        if live is not None and not result.drifted and not result.stale_commit:
+            self._in_sync[key] = (str(live["metadata"].get("resourceVersion", "")), digest)
+        return result
+
+    def plan(self, target: ClusterTarget, selection: Selection, commit: str) -> ClusterPlan:
+        drivers = self.reader.managed(DRV_API, DRV_KIND)
+        nodes = self.reader.nodes()
+        cluster_objects: list[diff.ObjectDiff] = []
+        if selection.cluster_scoped:
+            cp = target.cluster_policy
+            live_cp = self.reader.get(CP_API, CP_KIND, str(cp["metadata"]["name"]))
+            cluster_objects.append(self._diff(cp, live_cp, None))
+            wanted = {str(p.driver["metadata"]["name"]) for p in target.pools.values()}
+            for name, live in sorted(drivers.items()):
+                if name not in wanted:
+                    pool = (live["metadata"].get("annotations") or {}).get(names.POOL_ANNOTATION)
+                    cluster_objects.append(diff.pruned(live, pool))
+        pools = []
+        for name in sorted(selection.pools):
+            pool = target.pools[name]
+            drv_name = str(pool.driver["metadata"]["name"])
+            obj = self._diff(pool.driver, drivers.get(drv_name), name)
+            members = [
+                n
+                for n in nodes
+                if selector_matches(pool.node_selector, n["metadata"].get("labels") or {})
+            ]
+            node_diffs = [diff.diff_node_labels(n, pool.node_labels, name) for n in members]
+            pools.append(
+                PoolPlan(
+                    name,
+                    (obj,),
+                    tuple(d for d in node_diffs if d.changes),
+                    len(members),
+                    pool.max_unavailable,
+                    dict(pool.node_selector),
+                )
+            )
+        orphans: list[diff.NodeLabelDiff] = []
+        if selection.cluster_scoped:
+            for node in nodes:
+                owner = (node["metadata"].get("labels") or {}).get(names.POOL_LABEL)
+                if owner and owner not in target.pools and diff.managed_label_keys(node):
+                    orphans.append(diff.diff_node_labels(node, {}, owner))
+        return ClusterPlan(
+            target.name,
+            commit,
+            tuple(cluster_objects),
+            tuple(pools),
+            tuple(o for o in orphans if o.changes),
+        )
+
+    # -- apply ----------------------------------------------------------------------------------
+    def apply(
+        self,
+        plan: ClusterPlan,
+        *,
+        force_conflicts: bool = False,
+        all_batches: bool = True,
+        batch_timeout: float = 600,
+    ) -> ApplyResult:
+        result = ApplyResult()
+        for obj in plan.objects:
+            if not (obj.drifted or obj.stale_commit):
+                continue
+            if obj.action is diff.Action.PRUNED:
+                api = DRV_API if obj.kind == DRV_KIND else CP_API
+                self.client.delete(api, obj.kind, obj.name)
+                result.applied.append(obj)
+                continue
+            assert obj.desired is not None
+            try:
+                self.client.apply(
+                    obj.desired, field_manager=self.field_manager, force=force_conflicts
+                )
+            except kube.ConflictError as exc:
+                result.conflicts.append((obj, exc.managers))
+                continue
+            result.applied.append(obj)
+        for orphan in plan.orphan_nodes:
+            self._patch_node(orphan, plan.commit)
+            result.label_batches.append([orphan.node])
+        for pool in plan.pools:
+            self._apply_pool_labels(pool, plan.commit, result, all_batches, batch_timeout)
+        return result
+
+    def _patch_node(self, d: diff.NodeLabelDiff, commit: str) -> None:
+        self.client.patch(
+            "v1", "Node", d.node, labels.label_patch(d, commit), field_manager=self.field_manager
+        )
+
+    def _pool_nodes(self, pool: PoolPlan) -> list[Obj]:
+        return [
+            n
+            for n in self.reader.nodes()
+            if selector_matches(pool.selector, n["metadata"].get("labels") or {})
+        ]
+
+    def _apply_pool_labels(
+        self, pool: PoolPlan, commit: str, result: ApplyResult, all_batches: bool, timeout: float
+    ) -> None:
+        pending = list(pool.nodes)
+        deadline = time.monotonic() + timeout
+        members = self._pool_nodes(pool) if pending else []
+        while pending:
+            batch = labels.next_batch(pending, members, pool.max_unavailable)
+            if batch:
+                for d in batch:
+                    self._patch_node(d, commit)
+                result.label_batches.append([d.node for d in batch])
+                done = {d.node for d in batch}
+                pending = [d for d in pending if d.node not in done]
+            if not pending or not all_batches or time.monotonic() > deadline:
+                break
+            time.sleep(0.2 if batch else 1.0)
+            members = self._pool_nodes(pool)
+        result.nodes_pending += len(pending)

@@ -1,0 +1,64 @@
+"""Node labels: which nodes a pool owns, and batches that respect the pool's maxUnavailable.
+
+Changing mig.config or device-plugin.config disrupts a node (the MIG manager drains and
+reconfigures it), so a pool's nodes are relabelled at most ``maxUnavailable`` at a time,
+counting nodes that are already busy (cordoned, NotReady, or mid-MIG-reconfiguration).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gitops_gpu import names
+from gitops_gpu.sync.diff import NodeLabelDiff
+
+Obj = Mapping[str, Any]
+_BUSY_MIG_STATES = {"pending", "rebooting"}
+
+
+def resolve_max_unavailable(value: int | str, total: int) -> int:
+    """An int, or a percent of ``total`` rounded up (as the GPU Operator does); at least 1."""
+    if isinstance(value, str) and value.endswith("%"):
+        count = math.ceil(total * float(value[:-1]) / 100)
+    else:
+        count = int(value)
+    return max(1, count)
+
+
+def is_busy(node: Obj) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    if node.get("spec", {}).get("unschedulable"):
+        return True
+    if labels.get(names.MIG_CONFIG_STATE_LABEL) in _BUSY_MIG_STATES:
+        return True
+    cond: Mapping[str, Any]
+    for cond in node.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") != "True")
+    return False
+
+
+def next_batch(
+    diffs: Sequence[NodeLabelDiff], pool_nodes: Sequence[Obj], max_unavailable: int | str
+) -> list[NodeLabelDiff]:
+    """The node label changes to make now: up to maxUnavailable minus nodes already busy."""
+    pending = [d for d in diffs if d.changes]
+    if not pending:
+        return []
+    budget = resolve_max_unavailable(max_unavailable, len(pool_nodes))
+    busy = sum(1 for n in pool_nodes if is_busy(n))
+    room = max(0, budget - busy)
+    return sorted(pending, key=lambda d: d.node)[:room]
+
+
+def label_patch(diff: NodeLabelDiff, commit: str) -> dict[str, Any]:
+    """A merge patch setting/removing labels and recording which keys we own and from where."""
+    labels: dict[str, str | None] = dict(diff.set)
+    labels.update({k: None for k in diff.remove})
+    annotations: dict[str, str | None] = {
+        names.MANAGED_LABELS_ANNOTATION: ",".join(diff.desired_keys) or None,
+        names.COMMIT_ANNOTATION: commit if diff.desired_keys else None,
+    }
+    return {"metadata": {"labels": labels, "annotations": annotations}}

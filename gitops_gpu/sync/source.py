@@ -1,0 +1,237 @@
+"""Git source for the fleet repo: cheap change detection, a local cache, isolated checkouts.
+
+- `poll()` runs `git ls-remote` of the tracked branch first and fetches only when the remote
+  head moved, so an idle poll costs one round trip.
+- Each commit is checked out into its own directory by `git archive` of the commit's tree,
+  so a half-fetched or rewritten branch can never yield a mixed tree.
+- A force-push (the old head is no longer an ancestor of the new one) is reported.
+- An unreachable remote raises SourceError naming the remote and reason; the cache and the
+  last good commit stay usable.
+Credentials (https token or ssh key) come from the environment or a file and are passed to git
+through environment variables only, never on a command line or in a log line.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import tarfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from gitops_gpu.errors import SourceError
+
+log = logging.getLogger(__name__)
+TOKEN_ENV = "GITOPS_GPU_GIT_TOKEN"
+TOKEN_FILE_ENV = "GITOPS_GPU_GIT_TOKEN_FILE"
+SSH_KEY_ENV = "GITOPS_GPU_GIT_SSH_KEY_FILE"
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class PollResult:
+    head: str
+    changed: bool
+    rewritten: bool  # the previous head is no longer in the branch's history
+    previous: str | None
+
+
+def _redact(text: str, secret: str | None) -> str:
+    text = re.sub(r"(https?://)[^@/\s]+@", r"\1***@", text)
+    return text.replace(secret, "***") if secret else text
+
+
+def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
+    """Environment for git carrying credentials; returns (env, secret to redact)."""
+    env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0"}
+    token = os.environ.get(TOKEN_ENV)
+    token_file = os.environ.get(TOKEN_FILE_ENV)
+    if not token and token_file:
+        token = Path(token_file).read_text().strip()
+    if token and url.startswith("https://"):
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env.update(
+            {
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+            }
+        )
+    key = os.environ.get(SSH_KEY_ENV)
+    if key:
+        env["GIT_SSH_COMMAND"] = f"ssh -i {key} -o IdentitiesOnly=yes -o BatchMode=yes"
+    return env, token
+
+
+class GitSource:
+    """A fleet repo remote, mirrored into ``cache_dir``."""
+
+    def __init__(self, url: str, cache_dir: Path, branch: str = "main") -> None:
+        self.url = str(url)
+        self.branch = branch
+        key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.mirror_dir = cache_dir / "git" / key
+        self.checkout_root = cache_dir / "checkouts" / key
+        self._env, self._secret = credentials_env(self.url)
+        self._lock = threading.Lock()
+        self.last_good: str | None = None
+        self.ls_remote_calls = 0
+        self.fetch_calls = 0
+        self._repo: git.Repo | None = None
+
+    # -- mirror ---------------------------------------------------------------------------------
+    @property
+    def repo(self) -> git.Repo:
+        if self._repo is None:
+            if not (self.mirror_dir / "HEAD").exists():
+                self.mirror_dir.mkdir(parents=True, exist_ok=True)
+                git.Repo.init(self.mirror_dir, bare=True)
+            self._repo = git.Repo(self.mirror_dir)
+        return self._repo
+
+    def _git(self, *args: str) -> str:
+        try:
+            out: str = self.repo.git.execute(["git", *args], env={**os.environ, **self._env})
+        except git.GitCommandError as exc:
+            reason = _redact(str(exc.stderr or exc).strip(), self._secret)
+            raise SourceError(
+                f"git {args[0]} {_redact(self.url, self._secret)} failed: {reason}",
+                fix="check the remote URL, network and credentials",
+            ) from None
+        return out
+
+    def remote_head(self) -> str:
+        """The tracked branch's head on the remote (one `ls-remote`, no fetch)."""
+        self.ls_remote_calls += 1
+        out = self._git("ls-remote", self.url, f"refs/heads/{self.branch}")
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref == f"refs/heads/{self.branch}":
+                return sha
+        raise SourceError(
+            f"branch {self.branch!r} not found on {_redact(self.url, self._secret)}",
+            fix="create the branch or pass the right --branch",
+        )
+
+    def local_head(self) -> str | None:
+        try:
+            return self.repo.git.rev_parse(f"refs/remotes/origin/{self.branch}")  # type: ignore[no-any-return]
+        except git.GitCommandError:
+            return None
+
+    def fetch(self) -> None:
+        self.fetch_calls += 1
+        self._git(
+            "fetch",
+            "--prune",
+            "--force",
+            self.url,
+            f"+refs/heads/{self.branch}:refs/remotes/origin/{self.branch}",
+        )
+
+    def poll(self) -> PollResult:
+        """ls-remote; fetch only when the head moved; detect rewritten history."""
+        with self._lock:
+            head = self.remote_head()
+            previous = self.local_head()
+            if head == previous:
+                return PollResult(head, False, False, previous)
+            self.fetch()
+            rewritten = previous is not None and not self.is_ancestor(previous, head)
+            if rewritten and previous is not None:
+                log.warning(
+                    "history of %s rewritten: %s is no longer an ancestor of %s",
+                    self.branch,
+                    previous[:12],
+                    head[:12],
+                )
+            return PollResult(head, True, rewritten, previous)
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        try:
+            self.repo.git.merge_base("--is-ancestor", older, newer)
+        except git.GitCommandError:
+            return False
+        return True
+
+    def commits(self, limit: int = 20) -> list[Commit]:
+        """The tracked branch's commits, newest first (first-parent history)."""
+        out = self.repo.git.log(
+            f"refs/remotes/origin/{self.branch}",
+            "--first-parent",
+            f"-n{limit}",
+            "--format=%H%x00%ct%x00%s",
+        )
+        commits = []
+        for line in out.splitlines():
+            sha, ts, subject = line.split("\x00", 2)
+            commits.append(Commit(sha, subject, int(ts)))
+        return commits
+
+    def resolve(self, rev: str) -> str:
+        try:
+            sha: str = self.repo.git.rev_parse("--verify", f"{rev}^{{commit}}")
+        except git.GitCommandError:
+            raise SourceError(
+                f"revision {rev!r} not found in {_redact(self.url, self._secret)}",
+                fix="fetch first or pass a commit that exists",
+            ) from None
+        return sha
+
+    # -- checkouts ------------------------------------------------------------------------------
+    def checkout(self, sha: str) -> Path:
+        """An immutable directory holding exactly the tree of ``sha`` (cached by sha)."""
+        dest = self.checkout_root / sha
+        if dest.exists():
+            return dest
+        tmp = self.checkout_root / f".{sha}.tmp-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        data = io.BytesIO()
+        self.repo.archive(data, sha, format="tar")
+        data.seek(0)
+        with tarfile.open(fileobj=data) as tar:
+            tar.extractall(tmp, filter="data")
+        try:
+            tmp.rename(dest)
+        except OSError:  # another thread won the race: its copy is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._gc_checkouts(keep=8)
+        return dest
+
+    def _gc_checkouts(self, keep: int) -> None:
+        entries = sorted(
+            (p for p in self.checkout_root.iterdir() if not p.name.startswith(".")),
+            key=lambda p: p.stat().st_mtime,
+        )
+        for old in entries[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("GITOPS_GPU_CACHE")
+    return (Path(env) if env else Path.home() / ".cache" / "gitops-gpu") / "sources"
+
+
+def open_revision(
+    url: str, rev: str | None, branch: str = "main", cache_dir: Path | None = None
+) -> tuple[GitSource, str, Path]:
+    """Fetch ``url`` if it moved, resolve ``rev`` (default: the branch head), check it out."""
+    source = GitSource(url, cache_dir or default_cache_dir(), branch)
+    source.poll()
+    sha = source.resolve(rev or f"refs/remotes/origin/{branch}")
+    return source, sha, source.checkout(sha)

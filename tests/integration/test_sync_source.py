@@ -1,0 +1,111 @@
+"""Git source against real repositories on disk: ls-remote first, isolated checkouts,
+force-push detection, an unreachable remote."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gitops_gpu.errors import SourceError
+from gitops_gpu.sync.source import GitSource
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[Path, Path]:
+    bare = tmp_path / "remote.git"
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    subprocess.run(["git", "clone", "-q", str(bare), str(work)], check=True, capture_output=True)
+    git(work, "config", "user.email", "t@example.com")
+    git(work, "config", "user.name", "t")
+    git(work, "checkout", "-q", "-b", "main")
+    (work / "a.txt").write_text("one\n")
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "one")
+    git(work, "push", "-q", "origin", "main")
+    return bare, work
+
+
+def test_poll_fetches_only_when_head_moves(remote: tuple[Path, Path], tmp_path: Path) -> None:
+    bare, work = remote
+    src = GitSource(f"file://{bare}", tmp_path / "cache")
+    first = src.poll()
+    assert first.changed and src.fetch_calls == 1
+    again = src.poll()
+    assert not again.changed and src.fetch_calls == 1 and src.ls_remote_calls == 2
+    (work / "a.txt").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "origin", "main")
+    moved = src.poll()
+    assert moved.changed and not moved.rewritten and src.fetch_calls == 2
+    assert [c.subject for c in src.commits()] == ["two", "one"]
+
+
+def test_checkout_is_the_exact_tree_of_the_commit(
+    remote: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bare, work = remote
+    src = GitSource(str(bare), tmp_path / "cache")
+    src.poll()
+    old = src.resolve("refs/remotes/origin/main")
+    (work / "a.txt").write_text("two\n")
+    (work / "b.txt").write_text("new\n")
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "two")
+    git(work, "push", "-q", "origin", "main")
+    src.poll()
+    old_dir = src.checkout(old)
+    assert (old_dir / "a.txt").read_text() == "one\n"
+    assert not (old_dir / "b.txt").exists()
+    new_dir = src.checkout(src.resolve("refs/remotes/origin/main"))
+    assert (new_dir / "b.txt").read_text() == "new\n"
+
+
+def test_force_push_is_detected(remote: tuple[Path, Path], tmp_path: Path) -> None:
+    bare, work = remote
+    (work / "a.txt").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "origin", "main")
+    src = GitSource(str(bare), tmp_path / "cache")
+    src.poll()
+    git(work, "reset", "-q", "--hard", "HEAD~1")
+    (work / "a.txt").write_text("rewritten\n")
+    git(work, "commit", "-qam", "rewritten")
+    git(work, "push", "-q", "--force", "origin", "main")
+    result = src.poll()
+    assert result.changed and result.rewritten
+
+
+def test_unreachable_remote_names_remote_and_keeps_last_good(
+    remote: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bare, _work = remote
+    src = GitSource(str(bare), tmp_path / "cache")
+    src.poll()
+    good = src.resolve("refs/remotes/origin/main")
+    bare.rename(tmp_path / "gone.git")
+    with pytest.raises(SourceError) as err:
+        src.poll()
+    assert str(bare) in str(err.value)
+    assert "ls-remote" in str(err.value)
+    # The cache still serves the last good commit.
+    assert (src.checkout(good) / "a.txt").read_text() == "one\n"
+
+
+def test_credentials_never_appear_in_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "ghp_SEEKRIT_TOKEN_0123456789"
+    monkeypatch.setenv("GITOPS_GPU_GIT_TOKEN", token)
+    src = GitSource(f"https://user:{token}@127.0.0.1:9/fleet.git", tmp_path / "cache")
+    with pytest.raises(SourceError) as err:
+        src.poll()
+    assert token not in str(err.value)
