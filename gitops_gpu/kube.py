@@ -236,6 +236,15 @@ class Client:
         )
         return out
 
+    def replace(self, obj: Mapping[str, Any]) -> Obj:
+        """PUT with the object's resourceVersion: 409 (ConflictError) if someone wrote first."""
+        res = resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        out: Obj = self.request(
+            "PUT", res.path(meta["name"], meta.get("namespace")), body=dict(obj)
+        )
+        return out
+
     def create(self, obj: Mapping[str, Any], *, field_manager: str | None = None) -> Obj:
         res = resource(obj["apiVersion"], obj["kind"])
         query = {"fieldManager": field_manager} if field_manager else None
@@ -307,6 +316,8 @@ def _translate(
         return NotFoundError(
             f"{method} {path}: not found", fix="check the name and that the CRD is installed"
         )
+    if status == 409 and method == "PUT":
+        return ConflictError(f"{method} {path}: {message}", [])
     if status == 409 and "conflict" in message.lower() and method == "PATCH":
         causes = details.get("details", {}).get("causes", [])
         managers = sorted(

@@ -1,0 +1,66 @@
+"""Prometheus metrics of the controller, on a registry of its own (no process-global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.pass_duration = Histogram(
+            "gitops_gpu_pass_duration_seconds",
+            "Duration of one reconcile pass",
+            ["result"],
+            registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.passes = Counter(
+            "gitops_gpu_passes_total", "Reconcile passes by result", ["result"], registry=r
+        )
+        self.stage_commit = Gauge(
+            "gitops_gpu_stage_commit_info",
+            "The commit each stage runs (value 1)",
+            ["stage", "commit"],
+            registry=r,
+        )
+        self.pool_nodes = Gauge(
+            "gitops_gpu_pool_nodes", "Nodes per pool by health", ["pool", "health"], registry=r
+        )
+        self.drifted = Gauge(
+            "gitops_gpu_drifted_objects",
+            "Objects that differ from the commit",
+            ["cluster"],
+            registry=r,
+        )
+        self.gate = Gauge(
+            "gitops_gpu_gate_state",
+            "Gate state per stage (1 for the current state)",
+            ["stage", "state"],
+            registry=r,
+        )
+        self.last_fetch = Gauge(
+            "gitops_gpu_last_successful_fetch_timestamp_seconds",
+            "Unix time of the last successful poll of the fleet repo",
+            registry=r,
+        )
+        self.status_writes = Counter(
+            "gitops_gpu_status_writes_total",
+            "Commit statuses written",
+            ["context", "state"],
+            registry=r,
+        )
+        self._stage_commits: dict[str, str] = {}
+        self.leader = Gauge("gitops_gpu_leader", "1 while this replica leads", registry=r)
+
+    def set_stage_commit(self, stage: str, commit: str) -> None:
+        previous = self._stage_commits.get(stage)
+        if previous is not None and previous != commit:
+            self.stage_commit.remove(stage, previous)
+        self._stage_commits[stage] = commit
+        self.stage_commit.labels(stage, commit).set(1)
+
+    def set_gate(self, stage: str, state: str) -> None:
+        for known in ("pending", "success", "failure", "error", "none"):
+            self.gate.labels(stage, known).set(1 if known == state else 0)

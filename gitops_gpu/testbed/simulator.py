@@ -1,0 +1,205 @@
+"""Runs the simulated GPU Operator and NVML against the testbed's KWOK nodes.
+
+Each tick reads NVIDIADrivers and GPU nodes, applies `operator_sim` to them, writes the
+resulting node patches and CR statuses, and publishes each node's NodeGPUReport as the agent
+would (from the NVML snapshot of the node's GPU product, with the simulated driver, MIG mode
+and faults). ``tick`` sets the time scale: 0.1 s makes an upgrade of a node take ~1 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gitops_gpu import kube, names
+from gitops_gpu.errors import KubeError
+from gitops_gpu.sync.live import selector_matches
+from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu.testbed.nodes import KWOK_ANNOTATION
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+MANAGER = "gpu-operator-sim"
+ReportFn = Callable[[Obj], Obj | None]
+
+
+class Simulator:
+    def __init__(
+        self, client: kube.Client, *, tick: float = 0.5, report_fn: ReportFn | None = None
+    ) -> None:
+        self.client = client
+        self.tick = tick
+        self.report_fn = report_fn
+        self._published: dict[str, str] = {}
+        self._status: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ticks = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> Simulator:
+        self._thread = threading.Thread(target=self.run, name="gpu-operator-sim", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except KubeError as exc:
+                log.warning("simulator tick failed: %s", exc)
+            self._stop.wait(self.tick)
+
+    # -- one tick -------------------------------------------------------------------------------
+    def step(self) -> int:
+        """One tick; returns the number of writes made."""
+        self.ticks += 1
+        nodes = self.client.list("v1", "Node", label_selector=f"{names.GPU_PRESENT_LABEL}=true")[
+            "items"
+        ]
+        drivers = self.client.list(*names.NVIDIA_DRIVER_API)["items"]
+        patches: dict[str, sim.NodePatch] = {}
+        states: dict[str, str] = {}
+        for drv in drivers:
+            selector = (drv.get("spec") or {}).get("nodeSelector") or {}
+            owned = [
+                n for n in nodes if selector_matches(selector, n["metadata"].get("labels") or {})
+            ]
+            for name, patch in sim.driver_step(owned, drv).items():
+                _merge(patches.setdefault(name, sim.NodePatch()), patch)
+            states[drv["metadata"]["name"]] = sim.driver_state(owned, drv)
+        writes = 0
+        for node in nodes:
+            name = node["metadata"]["name"]
+            _merge(patches.setdefault(name, sim.NodePatch()), sim.mig_step(node))
+            writes += self._fault_readiness(node)
+        for name, patch in patches.items():
+            if patch:
+                self.client.patch("v1", "Node", name, patch.as_merge_patch(), field_manager=MANAGER)
+                writes += 1
+        for name, state in states.items():
+            writes += self._set_status(names.NVIDIA_DRIVER_API, name, state)
+        all_ready = all(s == "ready" for s in states.values())
+        cp = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+        if cp is not None:
+            writes += self._set_status(
+                names.CLUSTER_POLICY_API,
+                names.CLUSTER_POLICY_NAME,
+                "ready" if all_ready else "notReady",
+            )
+        if self.report_fn is not None:
+            fresh = {
+                n["metadata"]["name"]: n
+                for n in self.client.list(
+                    "v1", "Node", label_selector=f"{names.GPU_PRESENT_LABEL}=true"
+                )["items"]
+            }
+            writes += self._publish_reports(list(fresh.values()))
+        return writes
+
+    def _set_status(self, api: tuple[str, str], name: str, state: str) -> int:
+        if self._status.get((api[1], name)) == state:
+            return 0
+        body = {
+            "apiVersion": api[0],
+            "kind": api[1],
+            "metadata": {"name": name},
+            "status": {"state": state},
+        }
+        try:
+            self.client.apply(body, field_manager=MANAGER, subresource="status", force=True)
+        except KubeError as exc:
+            log.debug("status of %s/%s not written: %s", api[1], name, exc)
+            return 0
+        self._status[(api[1], name)] = state
+        return 1
+
+    def _fault_readiness(self, node: Obj) -> int:
+        """not-ready: kwok stops managing the node and its Ready condition goes False."""
+        name = node["metadata"]["name"]
+        ann = node["metadata"].get("annotations") or {}
+        managed = ann.get(KWOK_ANNOTATION) == "fake"
+        if sim.fault(node) == "not-ready" and managed:
+            self.client.patch(
+                "v1", "Node", name, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}}
+            )
+            conds = [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "KubeletNotReady",
+                    "message": "simulated: node stopped posting status",
+                }
+            ]
+            self.client.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                body={"status": {"conditions": conds}},
+                content_type="application/strategic-merge-patch+json",
+            )
+            return 2
+        if sim.fault(node) != "not-ready" and not managed:
+            self.client.patch(
+                "v1", "Node", name, {"metadata": {"annotations": {KWOK_ANNOTATION: "fake"}}}
+            )
+            return 1
+        return 0
+
+    def _publish_reports(self, nodes: list[Obj]) -> int:
+        assert self.report_fn is not None
+        writes = 0
+        for node in nodes:
+            name = node["metadata"]["name"]
+            status = self.report_fn(node)
+            if status is None:
+                continue
+            digest = hashlib.sha256(
+                json.dumps(status, sort_keys=True, default=str).encode()
+            ).hexdigest()
+            if self._published.get(name) == digest:
+                continue
+            self._publish(node, status)
+            self._published[name] = digest
+            writes += 1
+        return writes
+
+    def _publish(self, node: Obj, status: Mapping[str, Any]) -> None:
+        api, kind = names.NODE_GPU_REPORT_API
+        meta = node["metadata"]
+        owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
+        self.client.apply(
+            {
+                "apiVersion": api,
+                "kind": kind,
+                "metadata": {"name": meta["name"], "ownerReferences": [owner]},
+            },
+            field_manager="gitops-gpu-agent",
+            force=True,
+        )
+        self.client.apply(
+            {
+                "apiVersion": api,
+                "kind": kind,
+                "metadata": {"name": meta["name"]},
+                "status": dict(status),
+            },
+            field_manager="gitops-gpu-agent",
+            subresource="status",
+            force=True,
+        )
+
+
+def _merge(into: sim.NodePatch, other: sim.NodePatch) -> None:
+    into.labels.update(other.labels)
+    into.annotations.update(other.annotations)
+    if other.unschedulable is not None:
+        into.unschedulable = other.unschedulable
