@@ -1,0 +1,226 @@
+"""The rollout state machine: one pure ``step`` from what a pass observed to what it should do.
+
+It keeps no state of its own. Which commit each stage is on comes from the pools' commit
+annotations; what each stage concluded comes from the commit statuses (the record); phase start
+times come from the pending statuses' descriptions (see ``phases``). So a fresh process fed the
+same record and cluster makes the same decision, and nothing finished is redone.
+
+Per stage, in order:
+
+1. Eligible commits: stage 1 takes commits that passed preflight; stage N takes those of stage
+   N-1's eligible commits that have ``success`` for stage N-1. The target is the newest one.
+2. If the target has ``failure`` for this stage: ``onFailure: hold`` leaves the stage alone;
+   ``rollback`` re-applies the newest commit with ``success`` for the stage (its last good one).
+3. Any other commit still ``pending`` for the stage was superseded by the target: it gets a final
+   ``error`` "superseded by <sha7>" (so pull requests do not show it pending forever; ``error``,
+   not ``failure``, because nothing was found wrong with it).
+4. If the pools do not all carry the target yet: ``AdoptCommit`` and nothing else. A status for
+   the target is written only once its pools report it (argo-cd#16601: never judge a commit by
+   nodes running another).
+5. The gate: too many degraded nodes -> ``failure``; not converged -> pending "rolling out"
+   (``failure`` once the stretch exceeds the timeout); converged -> pending "soaking" until the
+   soak has passed; then pending "awaiting approval" if required; then ``success``.
+
+Statuses are only emitted on phase changes, so a rollout writes a handful per commit and context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gitops_gpu.fleet.compiled import StageSpec
+from gitops_gpu.rollout.actions import Action, AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.gate import StageView, observe
+from gitops_gpu.rollout.inputs import Commit, RolloutInput
+from gitops_gpu.rollout.phases import (
+    Phase,
+    format_duration,
+    pending_description,
+    read_mark,
+    whole_seconds,
+)
+from gitops_gpu.rollout.record import Record
+from gitops_gpu.rollout.status import (
+    ERROR,
+    FAILURE,
+    MAX_DESCRIPTION,
+    PENDING,
+    PREFLIGHT_CONTEXT,
+    SUCCESS,
+    fit_description,
+    stage_context,
+)
+
+
+def short(sha: str) -> str:
+    return sha[:7]
+
+
+def step(inp: RolloutInput) -> list[Action]:
+    """Decide one pass. Actions come in the order the controller must carry them out."""
+    if inp.paused:
+        return [Wait("rollout paused: nothing is adopted, promoted, rolled back or recorded")]
+    record = Record(inp.statuses)
+    actions: list[Action] = _preflight_statuses(inp.commits, record)
+    eligible = [c.sha for c in inp.commits if _passed_preflight(c, record)]
+    previous: StageSpec | None = None
+    for stage in inp.stages:
+        if previous is not None:
+            gate_context = stage_context(previous.name)
+            eligible = [sha for sha in eligible if record.state(sha, gate_context) == SUCCESS]
+        actions.extend(_stage_step(stage, previous, eligible, inp, record))
+        previous = stage
+    return actions
+
+
+def _passed_preflight(commit: Commit, record: Record) -> bool:
+    if commit.preflight is not None:
+        return commit.preflight
+    return record.state(commit.sha, PREFLIGHT_CONTEXT) == SUCCESS
+
+
+def _preflight_statuses(commits: Sequence[Commit], record: Record) -> list[Action]:
+    out: list[Action] = []
+    for commit in commits:
+        if commit.preflight is None:
+            continue
+        state = SUCCESS if commit.preflight else FAILURE
+        if record.state(commit.sha, PREFLIGHT_CONTEXT) == state:
+            continue  # same verdict already recorded; its wording may differ, that is fine
+        default = "preflight passed" if commit.preflight else "preflight failed"
+        text = fit_description(commit.preflight_summary or default)
+        out.append(SetStatus(commit.sha, PREFLIGHT_CONTEXT, state, text))
+    return out
+
+
+def _stage_step(
+    stage: StageSpec,
+    previous: StageSpec | None,
+    eligible: list[str],
+    inp: RolloutInput,
+    record: Record,
+) -> list[Action]:
+    name, context = stage.name, stage_context(stage.name)
+    if not eligible:
+        waiting_for = f"{previous.name} to pass" if previous else "preflight to pass"
+        return [Wait(f"{name}: no commit to adopt yet (waiting for {waiting_for} one)")]
+    target = eligible[0]
+    # Older commits still pending here will never finish: close them (after the adoption, so
+    # "superseded" is only said once the newer commit is on its way).
+    superseded: list[Action] = [
+        SetStatus(c.sha, context, ERROR, f"{name}: superseded by {short(target)}")
+        for c in inp.commits
+        if c.sha != target and record.state(c.sha, context) == PENDING
+    ]
+    state = record.state(target, context)
+    if state == FAILURE:
+        return superseded + _after_failure(stage, target, inp, record)
+    view = observe(stage, inp.pools, target)
+    actions: list[Action] = []
+    if not (view.on_commit and view.in_sync):
+        actions.append(AdoptCommit(name, target))  # also heals drift on a finished stage
+    actions.extend(superseded)
+    if not view.on_commit:
+        actions.append(Wait(f"{name}: applying {short(target)}"))
+    elif state != SUCCESS:
+        actions.extend(_gate(stage, target, view, inp, record))
+    return actions
+
+
+def _gate(
+    stage: StageSpec, target: str, view: StageView, inp: RolloutInput, record: Record
+) -> list[Action]:
+    name, context, gate, now = stage.name, stage_context(stage.name), stage.gate, inp.now
+    latest = record.latest(target, context)
+    mark = read_mark(latest) if latest is not None else None
+    phase = mark.phase if mark is not None else None
+    cause = f": {view.first_failure}" if view.first_failure else ""
+
+    if view.too_many_unhealthy:
+        allowed = gate.max_unhealthy_nodes
+        text = f"{name}: {view.nodes_unhealthy} nodes unhealthy (max {allowed}){cause}"
+        return _fail(stage, target, text, inp, record)
+
+    if not view.converged:
+        # The timeout bounds one unbroken stretch of "rolling out", recorded in its status.
+        since = (
+            mark.since if mark is not None and phase is Phase.ROLLING_OUT else whole_seconds(now)
+        )
+        timeout = gate.timeout_seconds
+        if timeout is not None and now - since >= timeout:
+            text = f"{name}: not converged after {format_duration(timeout)}: {view.summary}{cause}"
+            return _fail(stage, target, text, inp, record)
+        out: list[Action] = []
+        if phase is not Phase.ROLLING_OUT:
+            detail = view.summary if phase is None else f"soak interrupted, {view.summary}"
+            text = pending_description(name, Phase.ROLLING_OUT, since, detail)
+            out.append(SetStatus(target, context, PENDING, text))
+        out.append(Wait(f"{name}: rolling out {short(target)}: {view.summary}"))
+        return out
+
+    soak = gate.soak_seconds
+    if phase is Phase.AWAITING_APPROVAL:
+        soak_since = None  # soaked already
+    else:
+        soak_since = (
+            mark.since if mark is not None and phase is Phase.SOAKING else whole_seconds(now)
+        )
+    if soak > 0 and soak_since is not None and now - soak_since < soak:
+        out = []
+        if phase is not Phase.SOAKING:
+            text = pending_description(name, Phase.SOAKING, soak_since, view.summary, soak)
+            out.append(SetStatus(target, context, PENDING, text))
+        left = format_duration(soak - (now - soak_since))
+        out.append(Wait(f"{name}: soaking {short(target)}, {left} left"))
+        return out
+
+    soaked = f", soaked {format_duration(soak)}" if soak > 0 else ""
+    if gate.approval_required and (target, name) not in inp.approvals:
+        out = []
+        if phase is not Phase.AWAITING_APPROVAL:
+            detail = f"{view.summary}{soaked}"
+            text = pending_description(name, Phase.AWAITING_APPROVAL, whole_seconds(now), detail)
+            out.append(SetStatus(target, context, PENDING, text))
+        out.append(Wait(f"{name}: {short(target)} awaiting approval"))
+        return out
+
+    approved = ", approved" if gate.approval_required else ""
+    text = fit_description(f"{name}: {view.summary}{soaked}{approved}")
+    return [SetStatus(target, context, SUCCESS, text)]
+
+
+def _last_good(stage: StageSpec, inp: RolloutInput, record: Record) -> str | None:
+    context = stage_context(stage.name)
+    for commit in inp.commits:
+        if record.state(commit.sha, context) == SUCCESS and _passed_preflight(commit, record):
+            return commit.sha
+    return None
+
+
+def _fail(
+    stage: StageSpec, target: str, text: str, inp: RolloutInput, record: Record
+) -> list[Action]:
+    context = stage_context(stage.name)
+    good = _last_good(stage, inp, record) if stage.on_failure == "rollback" else None
+    suffix = f"; rolling back to {short(good)}" if good is not None else ""
+    # Cut a long cause, never the verdict's end.
+    text = fit_description(text, MAX_DESCRIPTION - len(suffix)) + suffix
+    return [SetStatus(target, context, FAILURE, text), *_after_failure(stage, target, inp, record)]
+
+
+def _after_failure(
+    stage: StageSpec, target: str, inp: RolloutInput, record: Record
+) -> list[Action]:
+    name = stage.name
+    if stage.on_failure != "rollback":
+        return [Wait(f"{name}: holding, {short(target)} failed; push a fix")]
+    good = _last_good(stage, inp, record)
+    if good is None:
+        return [Wait(f"{name}: {short(target)} failed and no earlier commit passed; holding")]
+    at_good = observe(stage, inp.pools, good)
+    if at_good.on_commit and at_good.in_sync:
+        return [Wait(f"{name}: rolled back to {short(good)} after {short(target)} failed")]
+    return [
+        Rollback(name, good),
+        Wait(f"{name}: rolling back to {short(good)} after {short(target)} failed"),
+    ]

@@ -1,0 +1,273 @@
+"""A local stand-in for the GitHub, Gitea and GitLab commit-status APIs, strict about requests.
+
+It implements only the documented subset gitops-gpu uses and checks every request: method, path,
+auth and content headers, JSON body fields, allowed states, description length; GitLab's job
+transitions too. A deviation is answered with HTTP 400 AND recorded in ``errors``, which the test
+fixture asserts empty, so a test cannot pass by accident on a malformed request.
+
+Listings are served in tiny pages (``page_size``) so pagination is always exercised; ``fail``
+queues error codes for the next requests; ``after_page`` runs after a listing page is served
+(tests add a status there, shifting later pages like a real server does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+OWNER, REPO, PROJECT = "fleet-org", "gpu-fleet", "infra/gpu-fleet"
+STATES = {
+    "github": {"error", "failure", "pending", "success"},
+    "gitea": {"pending", "success", "error", "failure", "warning"},
+    "gitlab": {"pending", "running", "success", "failed", "canceled"},
+}
+BODY_KEYS = {
+    "github": {"state", "target_url", "description", "context"},
+    "gitea": {"state", "target_url", "description", "context"},
+    "gitlab": {
+        "state",
+        "ref",
+        "name",
+        "context",
+        "target_url",
+        "description",
+        "coverage",
+        "pipeline_id",
+    },
+}
+_SHA = r"[0-9a-f]{40}"
+
+
+class FakeForge:
+    def __init__(self, kind: str, token: str) -> None:
+        self.kind, self.token = kind, token
+        self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
+        self.errors: list[str] = []
+        self.requests: list[tuple[str, str]] = []
+        self.fail: list[int] = []
+        self.page_size = 2
+        self.after_page: Callable[[int], None] | None = None
+        self._next_id = 100
+        self._lock = threading.RLock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def posts(self) -> int:
+        return sum(1 for method, _ in self.requests if method == "POST")
+
+    def add(self, sha: str, context: str, state: str, description: str = "") -> dict[str, Any]:
+        """A status created by someone else (or earlier)."""
+        with self._lock:
+            return self._create(sha, context, state, description, "")
+
+    def _create(self, sha: str, context: str, state: str, desc: str, url: str) -> dict[str, Any]:
+        self._next_id += 1
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        job = {"id": self._next_id, "description": desc, "target_url": url, "created_at": stamp}
+        if self.kind == "gitlab":
+            job.update(name=context, status=state, sha=sha)
+        elif self.kind == "gitea":
+            job.update(context=context, status=state)
+        else:
+            job.update(context=context, state=state)
+        self.jobs.setdefault(sha, []).append(job)
+        return job
+
+    # --- request handling ---------------------------------------------------------------------
+    def handle(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], Any]:
+        self.requests.append((method, raw_path))
+        problems = self._check_headers(method, headers)
+        if problems:
+            if problems[0].startswith("auth"):
+                # Echo what was presented, as some servers do: the client must scrub it.
+                return (
+                    401,
+                    {},
+                    {
+                        "message": "Bad credentials: "
+                        + (headers.get("authorization") or headers.get("private-token") or "")
+                    },
+                )
+            self.errors.extend(problems)
+            return 400, {}, {"message": "; ".join(problems)}
+        with self._lock:
+            if self.fail:
+                code = self.fail.pop(0)
+                return code, {"Retry-After": "0"} if code == 429 else {}, {"message": "injected"}
+            path, _, query = raw_path.partition("?")
+            params = dict(urllib.parse.parse_qsl(query))
+            base = {"github": "", "gitea": "/api/v1", "gitlab": "/api/v4"}[self.kind]
+            if self.kind == "gitlab":
+                repo = f"{base}/projects/{urllib.parse.quote(PROJECT, safe='')}"
+                write, read = (
+                    rf"{repo}/statuses/({_SHA})",
+                    rf"{repo}/repository/commits/({_SHA})/statuses",
+                )
+            else:
+                repo = f"{base}/repos/{OWNER}/{REPO}"
+                write, read = rf"{repo}/statuses/({_SHA})", rf"{repo}/commits/({_SHA})/statuses"
+            if method == "POST" and (m := re.fullmatch(write, path)):
+                return self._post(m.group(1), body, headers)
+            if method == "GET" and (m := re.fullmatch(read, path)):
+                return self._list(m.group(1), params, path)
+            self.errors.append(f"unexpected request {method} {raw_path}")
+            return 404, {}, {"message": "Not Found"}
+
+    def _check_headers(self, method: str, headers: dict[str, str]) -> list[str]:
+        expected = {
+            "github": {
+                "authorization": f"Bearer {self.token}",
+                "accept": "application/vnd.github+json",
+                "x-github-api-version": "2022-11-28",
+            },
+            "gitea": {"authorization": f"token {self.token}"},
+            "gitlab": {"private-token": self.token},
+        }[self.kind]
+        auth = {"authorization", "private-token"}
+        problems = [
+            f"auth: {k}" if k in auth else f"header {k}: {headers.get(k)!r}"
+            for k, v in expected.items()
+            if headers.get(k) != v
+        ]
+        problems.sort(key=lambda p: not p.startswith("auth"))
+        if self.kind != "gitlab" and "private-token" in headers:
+            problems.append("unexpected PRIVATE-TOKEN header")
+        if method == "POST" and headers.get("content-type") != "application/json":
+            problems.append(f"POST content-type {headers.get('content-type')!r}")
+        return problems
+
+    def _post(
+        self, sha: str, raw: bytes, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], Any]:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        problems = []
+        if not isinstance(body, dict):
+            problems.append("body is not a JSON object")
+            body = {}
+        if extra := set(body) - BODY_KEYS[self.kind]:
+            problems.append(f"unknown body fields {sorted(extra)}")
+        if body.get("state") not in STATES[self.kind]:
+            problems.append(f"state {body.get('state')!r} not allowed")
+        if (
+            not isinstance(body.get("description", ""), str)
+            or len(body.get("description", "")) > 140
+        ):
+            problems.append("description missing, not a string or over 140 characters")
+        context = body.get("name") if self.kind == "gitlab" else body.get("context")
+        if not isinstance(context, str) or not context:
+            problems.append("no context/name")
+        if problems:
+            self.errors.extend(problems)
+            return 422, {}, {"message": "; ".join(problems)}
+        state = body["state"]
+        if self.kind == "gitlab":
+            return self._gitlab_post(sha, body, state)
+        description, url = body.get("description", ""), body.get("target_url") or ""
+        job = self._create(sha, str(context), state, description, url)
+        return 201, {}, job
+
+    def _gitlab_post(
+        self, sha: str, body: dict[str, Any], state: str
+    ) -> tuple[int, dict[str, str], Any]:
+        # GitLab updates the running/pending job of that name, else starts a new one.
+        active = [
+            j
+            for j in self.jobs.get(sha, [])
+            if j["name"] == body["name"] and j["status"] in ("pending", "running")
+        ]
+        if active:
+            job = active[-1]
+            if (job["status"], state) in (
+                ("pending", "pending"),
+                ("running", "running"),
+                ("running", "pending"),
+            ):
+                event = {"pending": "enqueue", "running": "run"}[state]
+                return (
+                    400,
+                    {},
+                    {"message": f"Cannot transition status via :{event} from :{job['status']}"},
+                )
+            job.update(status=state, description=body.get("description", ""))
+            return 201, {}, job
+        job = self._create(
+            sha, body["name"], state, body.get("description", ""), body.get("target_url", "")
+        )
+        return 201, {}, job
+
+    def _list(self, sha: str, params: dict[str, str], path: str) -> tuple[int, dict[str, str], Any]:
+        jobs = list(self.jobs.get(sha, []))
+        if self.kind != "gitlab":
+            jobs.reverse()  # GitHub and Gitea list newest first
+        size_key = {"github": "per_page", "gitea": "limit", "gitlab": "per_page"}[self.kind]
+        size = min(int(params.get(size_key, "30")), self.page_size)
+        page = int(params.get("page", "1"))
+        if self.kind == "gitlab" and params.get("all") != "true":
+            self.errors.append("gitlab listing without all=true returns only the latest per name")
+        chunk = jobs[(page - 1) * size : page * size]
+        more = page * size < len(jobs)
+        headers: dict[str, str] = {}
+        if self.kind == "gitlab":
+            headers = {
+                "X-Page": str(page),
+                "X-Per-Page": str(size),
+                "X-Total": str(len(jobs)),
+                "X-Next-Page": str(page + 1) if more else "",
+            }
+        else:
+            if more:
+                nxt = urllib.parse.urlencode({**params, "page": page + 1})
+                headers["Link"] = f'<{self.url}{path}?{nxt}>; rel="next"'
+            if self.kind == "gitea":
+                headers["X-Total-Count"] = str(len(jobs))
+        if self.after_page is not None:
+            self.after_page(page)
+        return 200, headers, chunk
+
+
+def _handler(forge: FakeForge) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            code, extra, payload = forge.handle(self.command, self.path, headers, body)
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in extra.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._serve()
+
+        def do_POST(self) -> None:
+            self._serve()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
