@@ -1,0 +1,167 @@
+"""GPU Operator signals every rung reads the same way: deploy labels, operand pods, report age.
+
+Deploy labels (``nvidia.com/gpu.deploy.<component>``): the pool switches a component off by
+desiring ``false`` (that rung is skipped); ``paused-for-*`` means the operator paused the operand
+for a driver upgrade or MIG change (Progressing); a node still showing ``false`` while the pool
+wants the component means the label change has not landed yet (Progressing).
+
+Operand pods: the ClusterPolicy is not part of the evidence, so a component may be switched off
+cluster-wide while its label still says ``true``. Hence a pod that *exists* must be healthy
+(crash-looping -> Degraded, not Ready -> Progressing), but a *missing* pod is not held against
+the node; only the validator demands positive evidence (see validator.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gitops_gpu import names
+from gitops_gpu.components.evidence import NodeEvidence, parse_time
+from gitops_gpu.components.health import Health, Options, RungResult, result
+from gitops_gpu.fleet.compiled import PoolTarget
+
+Obj = Mapping[str, Any]
+
+# Operand pods' `app` label in the GPU Operator's assets.
+APP_DRIVER = "nvidia-driver-daemonset"
+APP_TOOLKIT = "nvidia-container-toolkit-daemonset"
+APP_GFD = "gpu-feature-discovery"
+APP_DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
+APP_DCGM = "nvidia-dcgm"
+APP_DCGM_EXPORTER = "nvidia-dcgm-exporter"
+APP_MIG_MANAGER = "nvidia-mig-manager"
+APP_VALIDATOR = "nvidia-operator-validator"
+
+_BROKEN_WAITING = {
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+}
+
+
+def deploy_gate(
+    component: str, ev: NodeEvidence, pool: PoolTarget, deploy: str
+) -> RungResult | None:
+    """Skip/pause verdict from ``nvidia.com/gpu.deploy.<deploy>``; None means: judge the rung."""
+    key = names.DEPLOY_LABEL_PREFIX + deploy
+    if pool.node_labels.get(key) == "false":
+        return result(
+            component, Health.HEALTHY, f"skipped: the pool sets {key}=false", skipped=True
+        )
+    value = ev.labels.get(key)
+    if value is not None and value.startswith("paused-for-"):
+        return result(component, Health.PROGRESSING, f"{key}={value}")
+    if value == "false":
+        return result(
+            component,
+            Health.PROGRESSING,
+            f"{key}=false on the node but the pool deploys it (label not applied yet)",
+        )
+    return None
+
+
+def disabled_for_pool(pool: PoolTarget, deploy: str) -> bool:
+    return pool.node_labels.get(names.DEPLOY_LABEL_PREFIX + deploy) == "false"
+
+
+def pods_for(ev: NodeEvidence, app: str) -> list[Obj]:
+    """Operand pods on the node by their ``app`` label, else by DaemonSet pod name
+    (``<app>-<5 chars>``, so nvidia-dcgm does not claim nvidia-dcgm-exporter's pods)."""
+    name_re = re.compile(re.escape(app) + r"-[a-z0-9]{5}$")
+    found = []
+    for pod in ev.pods:
+        meta = pod.get("metadata", {})
+        if (meta.get("labels") or {}).get("app") == app or name_re.match(str(meta.get("name", ""))):
+            found.append(pod)
+    return found
+
+
+def _newest(pods: Sequence[Obj]) -> Obj:
+    return max(pods, key=lambda p: str(p.get("metadata", {}).get("creationTimestamp", "")))
+
+
+def pod_ready(pod: Obj) -> bool:
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def pod_broken(pod: Obj) -> str | None:
+    """Why a pod cannot become Ready on its own (crash loop, bad image), or None."""
+    status = pod.get("status", {})
+    if status.get("phase") == "Failed":
+        return f"phase Failed ({status.get('reason', 'no reason')})"
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in _BROKEN_WAITING:
+            restarts = cs.get("restartCount", 0)
+            return f"container {cs.get('name')} {waiting['reason']} ({restarts} restarts)"
+    return None
+
+
+def pod_verdict(component: str, ev: NodeEvidence, app: str) -> RungResult | None:
+    """Health of the operand pod on the node; None when it is fine or there is no pod."""
+    pods = pods_for(ev, app)
+    if not pods:
+        return None
+    pod = _newest(pods)
+    name = pod.get("metadata", {}).get("name", app)
+    broken = pod_broken(pod)
+    if broken:
+        return result(component, Health.DEGRADED, f"pod {name}: {broken}")
+    if not pod_ready(pod):
+        phase = pod.get("status", {}).get("phase", "Pending")
+        return result(component, Health.PROGRESSING, f"pod {name} not Ready ({phase})")
+    return None
+
+
+def stale_limit(status: Obj, opts: Options) -> float:
+    """Seconds after which a report is stale: the option, or 2.5 agent heartbeats if longer."""
+    beat = status.get("heartbeatSeconds")
+    return (
+        max(opts.stale_after, 2.5 * float(beat))
+        if isinstance(beat, int | float)
+        else opts.stale_after
+    )
+
+
+def report_problem(component: str, ev: NodeEvidence, opts: Options) -> RungResult | None:
+    """Unknown when there is no usable NodeGPUReport; None when the report is fresh."""
+    status = ev.status
+    if status is None:
+        return result(
+            component,
+            Health.UNKNOWN,
+            "no NodeGPUReport for the node (is the gitops-gpu agent running there?)",
+        )
+    age = ev.report_age
+    limit = stale_limit(status, opts)
+    if age is None:
+        return result(component, Health.UNKNOWN, "NodeGPUReport has no observedAt")
+    if age > limit:
+        return result(
+            component,
+            Health.UNKNOWN,
+            f"NodeGPUReport is stale: {age:.0f}s old (limit {limit:.0f}s)",
+        )
+    return None
+
+
+def xids_since(status: Obj, since: Any) -> list[Obj]:
+    """Xid events in the report seen at or after ``since`` (all of them when since is None)."""
+    events = status.get("xidEvents") or []
+    if since is None:
+        return list(events)
+    out = []
+    for ev in events:
+        seen = parse_time(ev.get("seenAt"))
+        if seen is None or seen >= since:
+            out.append(ev)
+    return out
