@@ -17,6 +17,7 @@ from typing import Any
 
 import kubernetes.client
 import kubernetes.config
+import urllib3
 
 from gitops_gpu.errors import KubeError
 
@@ -61,6 +62,24 @@ _KNOWN = [
     Resource("nvidia.com/v1", "ClusterPolicy", "clusterpolicies", False),
     Resource("nvidia.com/v1alpha1", "NVIDIADriver", "nvidiadrivers", False),
     Resource("gitops-gpu.io/v1alpha1", "NodeGPUReport", "nodegpureports", False),
+    # What deploy/ installs (the chart's objects), for tests that apply it.
+    Resource("v1", "Service", "services", True),
+    Resource("apps/v1", "Deployment", "deployments", True),
+    Resource("apps/v1", "DaemonSet", "daemonsets", True),
+    Resource("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", True),
+    Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
+    Resource(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        False,
+    ),
+    Resource(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
 ]
 RESOURCES: dict[tuple[str, str], Resource] = {(r.api_version, r.kind): r for r in _KNOWN}
 
@@ -271,9 +290,10 @@ class Client:
         resource_version: str,
         timeout_seconds: int = 300,
         label_selector: str = "",
+        namespace: str | None = None,
     ) -> Iterator[Obj]:
         """Yield watch events ({type, object}) until the server closes the stream."""
-        path = resource(api_version, kind).path()
+        path = resource(api_version, kind).path(None, namespace)
         query = {
             "watch": "true",
             "resourceVersion": resource_version,
@@ -298,6 +318,11 @@ class Client:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
                         yield json.loads(line)
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+            # A stream cut by the server or the network: the caller re-lists.
+            raise KubeError(
+                f"WATCH {path}: stream ended: {exc}", fix="retried automatically"
+            ) from exc
         finally:
             raw.release_conn()
 

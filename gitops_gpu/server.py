@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import logging
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,11 +24,21 @@ MAX_BODY = 1 << 20
 
 
 class Probes:
-    """What /healthz and /readyz answer; the controller loop updates it."""
+    """What /healthz and /readyz answer: alive while the loop keeps beating, ready after the
+    first pass (or standby check) completed."""
 
-    def __init__(self) -> None:
-        self.alive = True
+    def __init__(self, stall_after: float = 600.0) -> None:
         self.ready = False
+        self.stall_after = stall_after
+        self._last_beat = time.monotonic()
+
+    def beat(self) -> None:
+        self._last_beat = time.monotonic()
+        self.ready = True
+
+    @property
+    def alive(self) -> bool:
+        return time.monotonic() - self._last_beat < self.stall_after
 
 
 def _signature_ok(secret: bytes, body: bytes, headers: dict[str, str]) -> bool:

@@ -7,7 +7,9 @@ With CI=true a testbed that cannot start fails the tests with the reason; it nev
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,63 @@ def upstream() -> Path:
             pytrace=False,
         )
     return root
+
+
+class FleetRemote:
+    """A fleet repo as users have it: a bare remote on disk and a clone to commit from."""
+
+    def __init__(self, root: Path, source: Path) -> None:
+        self.bare = root / "fleet.git"
+        self.work = root / "fleet-work"
+        _git(root, "init", "-q", "--bare", "-b", "main", str(self.bare))
+        shutil.copytree(source, self.work)
+        _git(self.work, "init", "-q", "-b", "main")
+        _git(self.work, "config", "user.email", "platform@example.com")
+        _git(self.work, "config", "user.name", "platform")
+        _git(self.work, "remote", "add", "origin", str(self.bare))
+        self.commit("initial fleet")
+
+    @property
+    def url(self) -> str:
+        return str(self.bare)
+
+    def commit(self, message: str, edit: Callable[[Path], None] | None = None) -> str:
+        if edit is not None:
+            edit(self.work)
+        _git(self.work, "add", "-A")
+        _git(self.work, "commit", "-q", "--allow-empty", "-m", message)
+        _git(self.work, "push", "-q", "--force", "origin", "main")
+        return _git(self.work, "rev-parse", "HEAD")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def fleet_remote(tmp_path: Path) -> FleetRemote:
+    return FleetRemote(tmp_path, paths.fleet_example())
+
+
+@pytest.fixture
+def clean_cluster(testbed: session.Testbed) -> Iterator[session.Testbed]:
+    """A cluster with no ClusterPolicy, NVIDIADriver or fake node left from another test."""
+    _clean(testbed)
+    yield testbed
+    _clean(testbed)
+
+
+def _clean(tb: session.Testbed) -> None:
+    for api, kind in (
+        ("nvidia.com/v1alpha1", "NVIDIADriver"),
+        ("nvidia.com/v1", "ClusterPolicy"),
+        ("gitops-gpu.io/v1alpha1", "NodeGPUReport"),
+        ("v1", "Node"),
+    ):
+        try:
+            items = tb.client.list(api, kind)["items"]
+        except GitopsGpuError:
+            continue  # CRD not installed
+        for item in items:
+            tb.client.delete(api, kind, item["metadata"]["name"])

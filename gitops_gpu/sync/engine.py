@@ -192,10 +192,14 @@ class Engine:
         force_conflicts: bool = False,
         all_batches: bool = True,
         batch_timeout: float = 600,
+        stamp_commit: bool = False,
     ) -> ApplyResult:
+        """Write what drifted. ``stamp_commit`` also rewrites objects in sync whose commit
+        annotation differs: a rollout stage adopting a commit records it on every pool object,
+        even when the commit changed nothing for that pool."""
         result = ApplyResult()
         for obj in plan.objects:
-            if not (obj.drifted or obj.stale_commit):
+            if not (obj.drifted or (stamp_commit and obj.stale_commit)):
                 continue
             if obj.action is diff.Action.PRUNED:
                 api = DRV_API if obj.kind == DRV_KIND else CP_API

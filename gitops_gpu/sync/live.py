@@ -1,6 +1,6 @@
-"""Live reader: the objects gitops-gpu manages and the nodes, with a list+watch node cache.
+"""Live reader: the objects gitops-gpu manages and the nodes, with list+watch caches.
 
-The node cache LISTs once and then follows a watch, so a steady-state pass reads nodes from
+An informer LISTs once and then follows a watch, so a steady-state pass reads nodes from
 memory; a watch that expires (410 Gone) or breaks re-lists, which is the only other LIST.
 """
 
@@ -24,13 +24,24 @@ def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> 
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-class NodeCache:
-    """Nodes by name, kept current by a watch in a daemon thread."""
+class Informer:
+    """Objects of one kind by name, kept current by list+watch in a daemon thread."""
 
-    def __init__(self, client: kube.Client, *, watch_timeout: int = 300) -> None:
+    def __init__(
+        self,
+        client: kube.Client,
+        api_version: str = "v1",
+        kind: str = "Node",
+        *,
+        label_selector: str = "",
+        namespace: str | None = None,
+        watch_timeout: int = 300,
+    ) -> None:
         self.client = client
+        self.api_version, self.kind, self.label_selector = api_version, kind, label_selector
+        self.namespace = namespace
         self.watch_timeout = watch_timeout
-        self._nodes: dict[str, Obj] = {}
+        self._items: dict[str, Obj] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -38,9 +49,11 @@ class NodeCache:
         self.lists = 0
         self.version = 0  # bumped on every change, so callers can skip work when idle
 
-    def start(self) -> NodeCache:
+    def start(self) -> Informer:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="node-cache", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name=f"informer-{self.kind}", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -49,18 +62,30 @@ class NodeCache:
 
     def wait_synced(self, timeout: float = 30) -> None:
         if not self._synced.wait(timeout):
-            raise KubeError("node cache did not sync", fix="check the apiserver is reachable")
+            raise KubeError(
+                f"{self.kind} cache did not sync", fix="check the apiserver is reachable"
+            )
 
-    def nodes(self) -> list[Obj]:
+    def items(self) -> list[Obj]:
         self.wait_synced()
         with self._lock:
-            return list(self._nodes.values())
+            return list(self._items.values())
+
+    def get(self, name: str) -> Obj | None:
+        self.wait_synced()
+        with self._lock:
+            return self._items.get(name)
 
     def _list(self) -> str:
-        listed = self.client.list("v1", "Node")
+        listed = self.client.list(
+            self.api_version,
+            self.kind,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+        )
         self.lists += 1
         with self._lock:
-            self._nodes = {n["metadata"]["name"]: n for n in listed["items"]}
+            self._items = {n["metadata"]["name"]: n for n in listed["items"]}
             self.version += 1
         self._synced.set()
         return str(listed["metadata"]["resourceVersion"])
@@ -72,13 +97,18 @@ class NodeCache:
                 if not rv:
                     rv = self._list()
                 for event in self.client.watch(
-                    "v1", "Node", resource_version=rv, timeout_seconds=self.watch_timeout
+                    self.api_version,
+                    self.kind,
+                    resource_version=rv,
+                    timeout_seconds=self.watch_timeout,
+                    label_selector=self.label_selector,
+                    namespace=self.namespace,
                 ):
                     if self._stop.is_set():
                         return
                     rv = self._apply_event(event, rv)
             except KubeError as exc:
-                log.warning("node watch failed, re-listing: %s", exc)
+                log.warning("%s watch failed, re-listing: %s", self.kind, exc)
                 rv = ""
                 time.sleep(1)
 
@@ -94,23 +124,23 @@ class NodeCache:
         name = obj["metadata"]["name"]
         with self._lock:
             if kind == "DELETED":
-                self._nodes.pop(name, None)
+                self._items.pop(name, None)
             else:
-                self._nodes[name] = obj
+                self._items[name] = obj
             self.version += 1
         return new_rv
 
 
 class LiveReader:
-    """Reads managed objects; nodes from a NodeCache when one is given, else one LIST."""
+    """Reads managed objects; nodes from an Informer when one is given, else one LIST."""
 
-    def __init__(self, client: kube.Client, node_cache: NodeCache | None = None) -> None:
+    def __init__(self, client: kube.Client, node_cache: Informer | None = None) -> None:
         self.client = client
         self.node_cache = node_cache
 
     def nodes(self) -> list[Obj]:
         if self.node_cache is not None:
-            return self.node_cache.nodes()
+            return self.node_cache.items()
         items: list[Obj] = self.client.list("v1", "Node")["items"]
         return items
 

@@ -96,11 +96,17 @@ class GitSource:
     # -- mirror ---------------------------------------------------------------------------------
     @property
     def repo(self) -> git.Repo:
+        """The bare mirror; its ``origin`` is the fleet remote (status notes are pushed there)."""
         if self._repo is None:
             if not (self.mirror_dir / "HEAD").exists():
                 self.mirror_dir.mkdir(parents=True, exist_ok=True)
                 git.Repo.init(self.mirror_dir, bare=True)
             self._repo = git.Repo(self.mirror_dir)
+            remotes = {r.name: r for r in self._repo.remotes}
+            if "origin" not in remotes:
+                self._repo.create_remote("origin", self.url)
+            elif remotes["origin"].url != self.url:
+                remotes["origin"].set_url(self.url)
         return self._repo
 
     def _git(self, *args: str) -> str:
@@ -202,7 +208,14 @@ class GitSource:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         data = io.BytesIO()
-        self.repo.archive(data, sha, format="tar")
+        try:
+            self.repo.archive(data, sha, format="tar")
+        except git.GitCommandError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SourceError(
+                f"commit {sha[:12]} is not in the fetched history: {exc.stderr.strip()}",
+                fix="fetch first (poll) or pass a commit of the tracked branch",
+            ) from None
         data.seek(0)
         with tarfile.open(fileobj=data) as tar:
             tar.extractall(tmp, filter="data")

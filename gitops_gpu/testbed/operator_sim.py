@@ -22,6 +22,8 @@ SIM = "sim.gitops-gpu.io"
 DRIVER_ANN = f"{SIM}/driver-version"
 MIG_ANN = f"{SIM}/mig-config"
 FAULT_ANN = f"{SIM}/fault"
+# Read by components.validator where no operator-validator pods run (KWOK nodes).
+VALIDATOR_ANN = f"{names.GROUP}/validator"
 FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed")
 
 IDLE = ("", "upgrade-done")
@@ -146,6 +148,7 @@ def driver_step(nodes: Sequence[Obj], driver: Obj) -> dict[str, NodePatch]:
         if current is None and desired:
             # A fresh node: the driver DaemonSet installs the desired version directly.
             patch.annotations[DRIVER_ANN] = desired
+            patch.annotations[VALIDATOR_ANN] = "passed"
             patch.labels.update(driver_labels(desired))
             continue
         if state in IDLE and current != desired and auto:
@@ -173,9 +176,13 @@ def _advance(node: Obj, state: str, desired: str, patch: NodePatch) -> None:
     elif state == "pod-restart-required":
         if fault(node) == "upgrade-failed":
             patch.labels[names.UPGRADE_STATE_LABEL] = FAILED
+            patch.annotations[VALIDATOR_ANN] = "failed"
             return
         patch.annotations[DRIVER_ANN] = desired
+        patch.annotations[VALIDATOR_ANN] = "running"
         patch.labels.update(driver_labels(desired))
+    elif state == "validation-required":
+        patch.annotations[VALIDATOR_ANN] = "passed"
     elif state == "uncordon-required":
         patch.unschedulable = False
     patch.labels[names.UPGRADE_STATE_LABEL] = nxt

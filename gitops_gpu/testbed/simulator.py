@@ -8,14 +8,13 @@ and faults). ``tick`` sets the time scale: 0.1 s makes an upgrade of a node take
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.agent import publish
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync.live import selector_matches
 from gitops_gpu.testbed import operator_sim as sim
@@ -29,12 +28,18 @@ ReportFn = Callable[[Obj], Obj | None]
 
 class Simulator:
     def __init__(
-        self, client: kube.Client, *, tick: float = 0.5, report_fn: ReportFn | None = None
+        self,
+        client: kube.Client,
+        *,
+        tick: float = 0.5,
+        report_fn: ReportFn | None = None,
+        report_heartbeat: float = 30.0,
     ) -> None:
         self.client = client
         self.tick = tick
         self.report_fn = report_fn
-        self._published: dict[str, str] = {}
+        self._publishers: dict[str, publish.KubePublisher] = {}
+        self.report_heartbeat = report_heartbeat
         self._status: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -155,6 +160,7 @@ class Simulator:
         return 0
 
     def _publish_reports(self, nodes: list[Obj]) -> int:
+        """Publish through the agent's own publisher (same dedup, heartbeat and ownership)."""
         assert self.report_fn is not None
         writes = 0
         for node in nodes:
@@ -162,40 +168,14 @@ class Simulator:
             status = self.report_fn(node)
             if status is None:
                 continue
-            digest = hashlib.sha256(
-                json.dumps(status, sort_keys=True, default=str).encode()
-            ).hexdigest()
-            if self._published.get(name) == digest:
-                continue
-            self._publish(node, status)
-            self._published[name] = digest
-            writes += 1
+            pub = self._publishers.get(name)
+            if pub is None:
+                pub = publish.KubePublisher(
+                    self.client, name, heartbeat_seconds=self.report_heartbeat
+                )
+                self._publishers[name] = pub
+            writes += int(pub.publish(status))
         return writes
-
-    def _publish(self, node: Obj, status: Mapping[str, Any]) -> None:
-        api, kind = names.NODE_GPU_REPORT_API
-        meta = node["metadata"]
-        owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
-        self.client.apply(
-            {
-                "apiVersion": api,
-                "kind": kind,
-                "metadata": {"name": meta["name"], "ownerReferences": [owner]},
-            },
-            field_manager="gitops-gpu-agent",
-            force=True,
-        )
-        self.client.apply(
-            {
-                "apiVersion": api,
-                "kind": kind,
-                "metadata": {"name": meta["name"]},
-                "status": dict(status),
-            },
-            field_manager="gitops-gpu-agent",
-            subresource="status",
-            force=True,
-        )
 
 
 def _merge(into: sim.NodePatch, other: sim.NodePatch) -> None:

@@ -1,0 +1,124 @@
+"""Benchmark `gitops-gpu check` on a generated 50-pool fleet repo (target: under 2 s).
+
+    python bench/check.py [--pools 50] [--runs 3]
+
+The repo uses fleet-repo-example's base ClusterPolicy (a full v26.3.3 policy) and per-pool
+overlays like the example's (driver versions, RDMA, GDRCopy, MIG, time-slicing), across three
+clusters and three stages. Prints the time of each phase and of the whole check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gitops_gpu.fleet.compile import compile_fleet
+from gitops_gpu.fleet.loader import load_repo
+from gitops_gpu.fleet.render import render_fleet
+from gitops_gpu.fleet.scaffold import overlay, write_repo
+from gitops_gpu.fleet.yamlio import load_file
+from gitops_gpu.preflight import run_preflight
+from gitops_gpu.preflight.findings import has_errors
+
+PROJECT = Path(__file__).resolve().parents[1]
+SHAPES = [
+    (
+        {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "migConfig": "all-balanced"},
+        {"driver": {"rdma": {"enabled": True, "useHostMofed": True}}},
+    ),
+    ({"gpu": {"product": "NVIDIA-L40S"}, "devicePluginConfig": "l40s-time-sliced-4"}, None),
+    (
+        {"gpu": {"product": "NVIDIA-B200"}, "maxUnavailable": 1},
+        {"driver": {"kernelModuleType": "open"}, "gdrcopy": {"enabled": True}},
+    ),
+    (
+        {"gpu": {"product": "NVIDIA-A100-SXM4-80GB"}, "migConfig": "all-1g.10gb"},
+        {"driver": {"version": "570.195.03", "upgradePolicy": {"maxParallelUpgrades": 2}}},
+    ),
+]
+
+
+def generate(root: Path, pools: int) -> Path:
+    base = load_file(PROJECT / "fleet-repo-example/base/clusterpolicy.yaml", PROJECT).data
+    names = [f"pool-{i:02d}" for i in range(pools)]
+    specs, overlays = {}, {}
+    for i, name in enumerate(names):
+        pool, policy = SHAPES[i % len(SHAPES)]
+        specs[name] = {
+            **pool,
+            "cluster": f"c{i % 3}",
+            "nodeSelector": {"cloud.google.com/gke-nodepool": name},
+        }
+        if policy:
+            overlays[name] = overlay(policy)
+    third = max(1, pools // 3)
+    stages = [
+        {"name": "canary", "pools": names[:2]},
+        {"name": "early", "pools": names[2:third]},
+        {"name": "rest", "pools": names[third:]},
+    ]
+    return write_repo(
+        root,
+        specs,
+        base=base,
+        overlays=overlays,
+        stages=[s for s in stages if s["pools"]],
+        clusters=[{"name": f"c{i}"} for i in range(3)],
+        name="bench",
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pools", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = generate(Path(tmp) / "fleet", args.pools)
+        files = sum(1 for _ in root.rglob("*.yaml"))
+        t0 = time.perf_counter()
+        repo = load_repo(root)
+        t1 = time.perf_counter()
+        compiled = compile_fleet(repo, "bench")
+        t2 = time.perf_counter()
+        rendered = render_fleet(compiled)
+        t3 = time.perf_counter()
+        print(f"repo: {args.pools} pools, {files} files, {len(compiled.clusters)} clusters")
+        print(
+            f"load {t1 - t0:.3f} s, compile {t2 - t1:.3f} s, render {len(rendered)} files "
+            f"{t3 - t2:.3f} s"
+        )
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            result = run_preflight(root, commit="bench")
+            times.append(time.perf_counter() - start)
+        if has_errors(result.findings):
+            print("\n".join(f.text() for f in result.findings), file=sys.stderr)
+            return 1
+        print(
+            f"check: {len(result.findings)} findings; runs "
+            + ", ".join(f"{t:.3f}" for t in times)
+            + f" s; median {statistics.median(times):.3f} s (first run includes CRD parsing)"
+        )
+        # a fresh process, as CI runs it: interpreter start, imports, CRD parsing, the check
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from gitops_gpu.cli import main; "
+            f"sys.exit(main(['check', {str(root)!r}]))",
+        ]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        cold = time.perf_counter() - start
+        print(f"`gitops-gpu check` in a new process: {cold:.3f} s (exit {proc.returncode})")
+        return 0 if cold < 2.0 and proc.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

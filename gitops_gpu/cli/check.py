@@ -1,0 +1,107 @@
+"""`gitops-gpu check` (preflight) and `gitops-gpu compile` (write the compiled objects).
+
+check exit codes: 0 no error-level finding, 1 error findings, 2 usage/IO error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gitops_gpu.errors import FleetError, GitopsGpuError
+from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet.loader import RepoLoadError, load_repo
+from gitops_gpu.fleet.render import render_fleet
+from gitops_gpu.preflight import history
+from gitops_gpu.preflight.findings import Finding, render_json, render_text
+from gitops_gpu.preflight.plan import plan_json, plan_text
+from gitops_gpu.preflight.run import run_preflight
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser(
+        "check",
+        help="preflight a fleet repo: shape, CRD schema, compile rules, "
+        "version matrix, plan against --base",
+    )
+    c.add_argument("path", nargs="?", default=".", type=Path, help="fleet repo (default: .)")
+    c.add_argument(
+        "--base",
+        metavar="REV",
+        help="compare with this git revision: immutable "
+        "fields, blast radius, and a plan of what changes",
+    )
+    c.add_argument("--kubeconfig", help="also read live nodes and server-side dry-run the objects")
+    c.add_argument(
+        "--crds",
+        type=Path,
+        help="GPU Operator CRD directory (default: <project>/../shared/upstream/gpu-operator/crds)",
+    )
+    c.add_argument("--commit", help="commit stamped on compiled objects (default: git HEAD)")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.set_defaults(func=check)
+
+    p = sub.add_parser("compile", help="write the compiled objects as YAML, one file per object")
+    p.add_argument("path", nargs="?", default=".", type=Path, help="fleet repo (default: .)")
+    p.add_argument("--out", required=True, type=Path, help="output directory (DIR/<cluster>/...)")
+    p.add_argument("--commit", help="commit stamped on the objects (default: git HEAD)")
+    p.set_defaults(func=compile_cmd)
+
+
+def check(args: argparse.Namespace) -> int:
+    try:
+        result = run_preflight(
+            args.path,
+            commit=args.commit,
+            base_rev=args.base,
+            crds_dir=args.crds,
+            kubeconfig=args.kubeconfig,
+        )
+    except GitopsGpuError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.format == "json":
+        extra = {
+            "commit": result.compiled.commit if result.compiled else None,
+            "base": result.base_commit,
+            "plan": plan_json(result.plan) if result.plan else None,
+        }
+        sys.stdout.write(render_json(result.findings, extra))
+    else:
+        sys.stdout.write(render_text(result.findings))
+        if result.plan is not None:
+            sys.stdout.write("\n" + plan_text(result.plan))
+    return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def compile_cmd(args: argparse.Namespace) -> int:
+    root: Path = args.path
+    if not root.is_dir():
+        print(f"error: {root} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        repo = load_repo(root)
+        commit = args.commit or history.head_commit(root) or "working-tree"
+        compiled = fleet_compile.compile_fleet(repo, commit)
+    except RepoLoadError as exc:
+        for e in exc.errors:
+            sys.stderr.write(
+                Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix).text() + "\n"
+            )
+        return EXIT_FINDINGS
+    except FleetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    out: Path = args.out
+    written = []
+    for rel, text in render_fleet(compiled).items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(rel)
+    print(json.dumps({"commit": commit, "out": str(out), "files": written}, indent=2))
+    return EXIT_OK

@@ -1,0 +1,103 @@
+"""`gitops-gpu controller`: the reconcile loop with leader election, metrics and webhook."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from gitops_gpu import kube
+from gitops_gpu.controller import Config, Controller
+from gitops_gpu.leader import LeaseLock
+from gitops_gpu.metrics import Metrics
+from gitops_gpu.server import ControllerServer, Probes
+from gitops_gpu.sync.source import default_cache_dir
+
+log = logging.getLogger("gitops_gpu.controller")
+
+
+def duration(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * units[suffix]
+    return float(text)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("controller", help="poll the fleet repo and roll out canary-first")
+    p.add_argument("--repo", required=True, help="fleet repo URL or path")
+    p.add_argument("--branch", default="main")
+    p.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    p.add_argument("--interval", type=duration, default=30.0, help="poll interval (30s)")
+    p.add_argument(
+        "--status-backend",
+        default="gitnotes",
+        help="gitnotes | github:OWNER/REPO | gitea:URL | gitlab:URL",
+    )
+    p.add_argument("--status-token-file", type=Path)
+    p.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1:9464",
+        help="host:port for /metrics, /healthz, /readyz, /webhook",
+    )
+    p.add_argument("--webhook-secret-file", type=Path)
+    p.add_argument("--namespace", default="default", help="for the Lease, Events, pause flag")
+    p.add_argument("--no-leader-election", action="store_true")
+    p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
+    p.add_argument("--once", action="store_true", help="run one pass and exit")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    client = kube.Client.from_kubeconfig(args.kubeconfig)
+    cfg = Config(
+        repo=args.repo,
+        branch=args.branch,
+        interval=args.interval,
+        cache_dir=args.cache_dir or default_cache_dir().parent / "controller",
+        namespace=args.namespace,
+        crds_dir=args.crds,
+        status_backend=args.status_backend,
+        status_token_file=args.status_token_file,
+    )
+    metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
+    ctl = Controller(cfg, client, metrics=metrics)
+    if args.once:
+        ctl.start_informers()
+        report = ctl.run_pass()
+        ctl.stop_informers()
+        log.info(
+            "pass %s: %d actions, %d objects/nodes written, %d statuses",
+            report.result,
+            len(report.actions),
+            report.applied,
+            report.statuses_written,
+        )
+        return 0 if report.result in ("ok", "paused") else 1
+    secret = args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None
+    server = ControllerServer(args.metrics_addr, metrics, probes, ctl.trigger, secret).start()
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current pass, then stopping", signum)
+        stop.set()
+        ctl.trigger()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    lease = None if args.no_leader_election else LeaseLock(client, namespace=args.namespace)
+
+    def on_pass(_report: object) -> None:
+        probes.beat()
+
+    log.info("controller serving on %s:%d", args.metrics_addr.rpartition(":")[0], server.port)
+    try:
+        ctl.run(stop, lease=lease, on_pass=on_pass)
+    finally:
+        server.stop()
+    return 0

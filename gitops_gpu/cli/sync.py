@@ -1,0 +1,118 @@
+"""`gitops-gpu plan` and `gitops-gpu apply`: a fleet repo commit against the live cluster(s).
+
+Exit codes: plan 0 in sync, 3 changes pending; both 1 on a refused apply (preflight error or
+conflict), 2 on usage/IO errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gitops_gpu import kube
+from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet import loader
+from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.preflight import run_preflight
+from gitops_gpu.sync import engine, report, source
+
+EXIT_PENDING = 3
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", required=True, help="fleet repo URL or path")
+    p.add_argument("--rev", help="commit or ref (default: the branch head)")
+    p.add_argument("--branch", default="main")
+    p.add_argument("--kubeconfig", required=True)
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--pool")
+    sel.add_argument("--stage")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--cache-dir", type=Path, help="where fetched repos are kept")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plan", help="what would change in the cluster, per pool and field")
+    _common(p)
+    p.set_defaults(func=_plan)
+    a = sub.add_parser("apply", help="preflight, then server-side apply what drifted")
+    _common(a)
+    a.add_argument("--dry-run", action="store_true", help="plan and preflight only")
+    a.add_argument(
+        "--force-conflicts", action="store_true", help="take over fields another field manager owns"
+    )
+    a.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="relabel one batch per pool and return (the controller's mode)",
+    )
+    a.set_defaults(func=_apply)
+
+
+def _load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
+    _src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    return sha, path, fleet_compile.compile_fleet(loader.load_repo(path), sha)
+
+
+def _plans(
+    args: argparse.Namespace, compiled: CompiledFleet
+) -> list[tuple[engine.Engine, engine.ClusterPlan]]:
+    if args.pool:
+        compiled.pool(args.pool)  # KeyError -> usage error below
+    out = []
+    for cluster in compiled.clusters.values():
+        if args.pool and args.pool not in cluster.pools:
+            continue
+        client = kube.Client.from_kubeconfig(args.kubeconfig, context=cluster.context)
+        eng = engine.Engine(client)
+        sel = engine.select(compiled, cluster, pool=args.pool, stage=args.stage)
+        out.append((eng, eng.plan(cluster, sel, compiled.commit)))
+    return out
+
+
+def _emit(args: argparse.Namespace, plans: list[engine.ClusterPlan], extra: dict[str, Any]) -> None:
+    if args.format == "json":
+        print(json.dumps({"plans": [report.plan_json(p) for p in plans], **extra}, indent=2))
+    else:
+        for plan in plans:
+            print(report.plan_text(plan))
+
+
+def _plan(args: argparse.Namespace) -> int:
+    try:
+        _sha, _path, compiled = _load(args)
+        plans = [p for _e, p in _plans(args, compiled)]
+    except KeyError as exc:
+        print(f"error: unknown pool or stage {exc}", file=sys.stderr)
+        return 2
+    _emit(args, plans, {})
+    return 0 if all(p.in_sync for p in plans) else EXIT_PENDING
+
+
+def _apply(args: argparse.Namespace) -> int:
+    _src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    result = run_preflight(path, commit=sha)
+    errors = [f for f in result.findings if f.severity == "error"]
+    if errors or result.compiled is None:
+        for finding in errors:
+            print(finding.text(), file=sys.stderr)
+        print(f"refused: commit {sha[:12]} fails preflight; nothing was applied", file=sys.stderr)
+        return 1
+    args.rev = sha
+    try:
+        plans = _plans(args, result.compiled)
+    except KeyError as exc:
+        print(f"error: unknown pool or stage {exc}", file=sys.stderr)
+        return 2
+    _emit(args, [p for _e, p in plans], {})
+    if args.dry_run:
+        return 0
+    conflicts = 0
+    for eng, plan in plans:
+        res = eng.apply(plan, force_conflicts=args.force_conflicts, all_batches=not args.no_wait)
+        conflicts += len(res.conflicts)
+        print(report.apply_text(plan.cluster, res))
+    return 1 if conflicts else 0

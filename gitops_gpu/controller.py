@@ -1,0 +1,294 @@
+"""The controller loop. One pass = load → check → compile → read live → diff → rollout step →
+apply → report. It keeps no state that matters: which commit runs where is read back from the
+objects' annotations, and what each stage concluded from the commit statuses, so a controller
+killed at any point resumes from the cluster and the record.
+
+Caches (preflight results and compiled fleets by commit sha, informers for nodes, NodeGPUReports
+and operator pods, the engine's in-sync memo) only save work; dropping them changes no decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gitops_gpu import events, kube, names
+from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.errors import GitopsGpuError, SourceError
+from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
+from gitops_gpu.leader import LeaseLock
+from gitops_gpu.metrics import Metrics
+from gitops_gpu.observe import Observer
+from gitops_gpu.preflight import run_preflight
+from gitops_gpu.rollout import machine, record
+from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.backends import make_backend
+from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
+from gitops_gpu.rollout.status import StatusBackend, read_record
+from gitops_gpu.sync import engine
+from gitops_gpu.sync.live import Informer, LiveReader
+from gitops_gpu.sync.source import GitSource
+
+log = logging.getLogger(__name__)
+CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
+
+
+@dataclass
+class Config:
+    repo: str
+    cache_dir: Path
+    branch: str = "main"
+    interval: float = 30.0
+    history: int = 20
+    namespace: str = "default"  # Lease, Events and the control ConfigMap
+    operator_namespace: str = "gpu-operator"
+    crds_dir: Path | None = None
+    status_backend: str = "gitnotes"
+    status_token_file: Path | None = None
+
+
+@dataclass
+class PassReport:
+    result: str = "ok"  # ok | error | standby | paused
+    head: str | None = None
+    actions: list[object] = field(default_factory=list)
+    applied: int = 0
+    statuses_written: int = 0
+    error: str = ""
+
+
+@dataclass
+class _Checked:
+    ok: bool
+    summary: str
+    compiled: CompiledFleet | None
+
+
+class Controller:
+    def __init__(
+        self,
+        cfg: Config,
+        client: kube.Client,
+        backend: StatusBackend | None = None,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.client = cfg, client
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch)
+        # Default record: git notes in the controller's mirror, pushed to the fleet remote.
+        self.backend = backend or make_backend(
+            cfg.status_backend, str(self.source.repo.git_dir), token_file=cfg.status_token_file
+        )
+        self.nodes = Informer(client, "v1", "Node")
+        self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
+        self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
+        self.engine = engine.Engine(client, LiveReader(client, self.nodes))
+        self.observer = Observer(self.nodes, self.reports, self.pods)
+        self.recorder = events.EventRecorder(client, cfg.namespace)
+        self._checked: dict[str, _Checked] = {}
+        self._wake = threading.Event()
+        self.last_report = PassReport()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start_informers(self) -> None:
+        for inf in (self.nodes, self.reports, self.pods):
+            inf.start()
+        for inf in (self.nodes, self.reports, self.pods):
+            inf.wait_synced()
+
+    def stop_informers(self) -> None:
+        for inf in (self.nodes, self.reports, self.pods):
+            inf.stop()
+
+    def trigger(self) -> None:
+        """A webhook or a person asked for a pass now."""
+        self._wake.set()
+
+    # -- preflight and compile, cached by commit -----------------------------------------------
+    def checked(self, sha: str) -> _Checked:
+        if sha not in self._checked:
+            path = self.source.checkout(sha)
+            try:
+                result = run_preflight(path, commit=sha, crds_dir=self.cfg.crds_dir)
+            except GitopsGpuError as exc:
+                self._checked[sha] = _Checked(False, str(exc).splitlines()[0][:120], None)
+                return self._checked[sha]
+            errors = [f for f in result.findings if f.severity == "error"]
+            summary = (
+                f"{len(errors)} errors: {errors[0].message}"
+                if errors
+                else f"clean ({len(result.findings)} notes)"
+            )
+            ok = not errors and result.compiled is not None
+            self._checked[sha] = _Checked(ok, summary[:120], result.compiled if ok else None)
+        return self._checked[sha]
+
+    def compiled_for(self, sha: str) -> CompiledFleet | None:
+        try:
+            return self.checked(sha).compiled
+        except GitopsGpuError:
+            return None
+
+    def paused(self) -> bool:
+        cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
+        return bool(cm and (cm.get("data") or {}).get("paused") == "true")
+
+    # -- one pass -------------------------------------------------------------------------------
+    def run_pass(self) -> PassReport:
+        start = time.monotonic()
+        report = PassReport()
+        try:
+            self._pass(report)
+        except (GitopsGpuError, OSError) as exc:
+            report.result, report.error = "error", str(exc)
+            log.error("pass failed: %s", exc)
+        elapsed = time.monotonic() - start
+        self.metrics.pass_duration.labels(report.result).observe(elapsed)
+        self.metrics.passes.labels(report.result).inc()
+        self.last_report = report
+        return report
+
+    def _pass(self, report: PassReport) -> None:
+        try:
+            poll = self.source.poll()
+            self.metrics.last_fetch.set(self.clock())
+            if poll.rewritten:
+                log.warning("fleet repo history was rewritten (force-push) to %s", poll.head[:12])
+        except SourceError as exc:
+            if self.source.local_head() is None:
+                raise
+            log.error("fleet repo unreachable, keeping the last fetched commits: %s", exc)
+        history = self.source.commits(self.cfg.history)
+        report.head = history[0].sha if history else None
+        commits = [
+            Commit(c.sha, self.checked(c.sha).ok, self.checked(c.sha).summary) for c in history
+        ]
+        newest = next((self.checked(c.sha).compiled for c in commits if c.preflight), None)
+        statuses = read_record(self.backend, [c.sha for c in commits])
+        paused = self.paused()
+        if paused:
+            report.result = "paused"
+        stages: tuple[StageSpec, ...] = ()
+        pools: dict[str, PoolObservation] = {}
+        if newest is not None:
+            drivers = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
+            pools, health = self.observer.observe(self.engine, drivers, newest, self.compiled_for)
+            self._pool_metrics(health)
+            stages = newest.stages
+        inp = RolloutInput(
+            commits=commits,
+            statuses=statuses,
+            pools=pools,
+            stages=stages,
+            now=self.clock(),
+            approvals=record.approvals_from_record(statuses),
+            paused=paused,
+        )
+        actions = machine.step(inp)
+        report.actions = list(actions)
+        for action in actions:
+            self._execute(action, report)
+
+    def _execute(self, action: object, report: PassReport) -> None:
+        if isinstance(action, (AdoptCommit, Rollback)):
+            commit = action.commit if isinstance(action, AdoptCommit) else action.to_commit
+            report.applied += self.apply_stage(
+                action.stage, commit, rollback=isinstance(action, Rollback)
+            )
+        elif isinstance(action, SetStatus):
+            if self.backend.set_status(action.to_status(self.clock())):
+                report.statuses_written += 1
+                self.metrics.status_writes.labels(action.context, action.state).inc()
+                log.info(
+                    "status %s %s on %s: %s",
+                    action.context,
+                    action.state,
+                    action.commit[:12],
+                    action.description,
+                )
+            if action.context.startswith("gitops-gpu/stage/"):
+                self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
+        elif isinstance(action, Wait):
+            log.debug("waiting: %s", action.reason)
+
+    def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
+        """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass."""
+        checked = self.checked(commit)
+        if not checked.ok or checked.compiled is None:
+            # The state machine never asks for this; refuse loudly if it ever does.
+            raise GitopsGpuError(
+                f"refusing to apply {commit[:12]}: it failed preflight",
+                fix="fix the commit; nothing was applied",
+            )
+        compiled = checked.compiled
+        written = 0
+        for cluster in compiled.clusters.values():
+            sel = engine.select(compiled, cluster, stage=stage)
+            if not sel.pools and not sel.cluster_scoped:
+                continue
+            plan = self.engine.plan(cluster, sel, commit)
+            self.metrics.drifted.labels(cluster.name).set(sum(o.drifted for o in plan.objects))
+            result = self.engine.apply(plan, all_batches=False, stamp_commit=True)
+            api = {k: a for a, k in (names.CLUSTER_POLICY_API, names.NVIDIA_DRIVER_API)}
+            for obj in result.applied:
+                verb = "RolledBack" if rollback else "Applied"
+                self.recorder.record(
+                    api.get(obj.kind, "v1"),
+                    obj.kind,
+                    obj.name,
+                    verb,
+                    f"{obj.action.value} at commit {commit[:12]} by stage {stage}",
+                )
+            for obj, managers in result.conflicts:
+                self.recorder.record(
+                    "v1",
+                    obj.kind,
+                    obj.name,
+                    "Conflict",
+                    f"fields owned by {', '.join(managers)}",
+                    warning=True,
+                )
+            written += len(result.applied) + sum(len(b) for b in result.label_batches)
+        self.metrics.set_stage_commit(stage, commit)
+        return written
+
+    def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
+        for pool, ph in health.items():
+            for h in Health:
+                self.metrics.pool_nodes.labels(pool, str(h)).set(ph.count(h))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        lease: LeaseLock | None = None,
+        on_pass: Callable[[PassReport], None] | None = None,
+    ) -> None:
+        self.start_informers()
+        while not stop.is_set():
+            if lease is not None and not lease.try_acquire():
+                self.metrics.leader.set(0)
+                self.last_report = PassReport(result="standby")
+                if on_pass is not None:
+                    on_pass(self.last_report)
+                stop.wait(min(self.cfg.interval, lease.duration / 3))
+                continue
+            self.metrics.leader.set(1)
+            report = self.run_pass()
+            if on_pass is not None:
+                on_pass(report)
+            if stop.is_set():
+                break
+            self._wake.wait(self.cfg.interval)
+            self._wake.clear()
+        if lease is not None:
+            lease.release()
+        self.stop_informers()

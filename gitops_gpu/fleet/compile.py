@@ -1,0 +1,199 @@
+"""Compile a loaded fleet repo into what the GPU Operator honours (see fleet/compiled.py).
+
+Per cluster: ONE ClusterPolicy named ``cluster-policy`` with ``driver.useNvidiaDriverCRD: true``,
+one NVIDIADriver per pool (named after the pool, ``nodeSelector`` = the pool's selector) and
+per pool the node labels for MIG, device-plugin config, workload type and switched-off
+components. Pure: a FleetRepo and a commit in, frozen values out; the same repo compiles to
+equal values (and, through fleet/render.py, to byte-identical YAML).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from gitops_gpu import names
+from gitops_gpu.errors import FleetError
+from gitops_gpu.fleet import policy
+from gitops_gpu.fleet.compiled import (
+    ClusterTarget,
+    CompiledFleet,
+    GateSpec,
+    PoolTarget,
+    StageSpec,
+)
+from gitops_gpu.fleet.loader import FleetRepo, PoolSource
+from gitops_gpu.fleet.merge import origin
+from gitops_gpu.fleet.yamlio import PathKey, dotted
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Pools of one cluster that disagree on a cluster-scoped ClusterPolicy field."""
+
+    cluster: str
+    path: PathKey  # in the ClusterPolicy document, e.g. ("spec", "toolkit", "version")
+    values: dict[str, Any]  # pool -> its value (policy.MISSING when the pool does not set it)
+
+
+def compile_fleet(repo: FleetRepo, commit: str) -> CompiledFleet:
+    """Compile ``repo`` at ``commit``; raise FleetError if pools disagree on a cluster field."""
+    compiled, conflicts = compile_checked(repo, commit)
+    if conflicts:
+        c = conflicts[0]
+        first, *rest = sorted(c.values)
+        pool = next((p for p in rest if c.values[p] != c.values[first]), first)
+        file, line = locate(repo, pool, c.path)
+        raise FleetError(
+            f"pools of cluster '{c.cluster}' disagree on cluster-scoped field "
+            f"{dotted(c.path)}: " + ", ".join(f"{p}={v!r}" for p, v in sorted(c.values.items())),
+            file=file,
+            line=line,
+            field=dotted(c.path),
+            fix="make the value the same in every pool of the cluster (or move it to the base)",
+        )
+    return compiled
+
+
+def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[Conflict]]:
+    """Compile and report disagreements instead of raising; with conflicts the ClusterPolicy
+    takes the first pool's (by name) value, so the rest of preflight can still run."""
+    stages = tuple(
+        StageSpec(
+            name=s.name,
+            pools=tuple(s.pools),
+            gate=GateSpec(
+                soak_seconds=s.gate.soak,
+                max_unhealthy_nodes=s.gate.max_unhealthy_nodes,
+                approval_required=s.gate.approval == "required",
+                timeout_seconds=s.gate.timeout,
+            ),
+            on_failure=s.on_failure,
+        )
+        for s in repo.fleet.spec.stages
+    )
+    contexts = {c.name: c.context for c in repo.fleet.cluster_refs()}
+    clusters: dict[str, ClusterTarget] = {}
+    conflicts: list[Conflict] = []
+    for cname, pool_names in repo.cluster_pools().items():
+        if not pool_names:
+            continue  # nothing to manage there
+        target, found = _compile_cluster(repo, cname, contexts.get(cname), pool_names, commit)
+        clusters[cname] = target
+        conflicts.extend(found)
+    return CompiledFleet(
+        commit=commit, name=repo.fleet.metadata.name, stages=stages, clusters=clusters
+    ), conflicts
+
+
+def locate(repo: FleetRepo, pool: str, path: PathKey) -> tuple[str, int]:
+    """file and line of a merged ClusterPolicy field of ``pool``."""
+    return origin(path, repo.pools[pool].policy_doc, repo.base_doc)
+
+
+def _annotations(commit: str, pool: str, stage: str) -> dict[str, str]:
+    return {
+        names.COMMIT_ANNOTATION: commit,
+        names.POOL_ANNOTATION: pool,
+        names.STAGE_ANNOTATION: stage,
+    }
+
+
+def _compile_cluster(
+    repo: FleetRepo, cname: str, context: str | None, pool_names: list[str], commit: str
+) -> tuple[ClusterTarget, list[Conflict]]:
+    docs = {p: repo.merged_policy(p) for p in pool_names}
+    parts = {p: policy.cluster_part(d) for p, d in docs.items()}
+    conflicts = [Conflict(cname, path, values) for path, values in policy.disagreements(parts)]
+    first = parts[pool_names[0]]
+    spec = copy.deepcopy(first["spec"])
+    driver = spec.setdefault("driver", {})
+    driver["useNvidiaDriverCRD"] = True
+    agreed = policy.common([policy.upgrade_policy(docs[p]) for p in pool_names])
+    if agreed:
+        driver["upgradePolicy"] = {**agreed, **driver.get("upgradePolicy", {})}
+    stage_order = [s.name for s in repo.fleet.spec.stages]
+    first_stage = min((repo.stage_of(p) for p in pool_names), key=stage_order.index)
+    meta = first.get("metadata", {})
+    cluster_policy = {
+        "apiVersion": names.CLUSTER_POLICY_API[0],
+        "kind": names.CLUSTER_POLICY_API[1],
+        "metadata": {
+            "name": names.CLUSTER_POLICY_NAME,
+            "labels": {**meta.get("labels", {}), names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+            "annotations": {
+                **meta.get("annotations", {}),
+                **_annotations(commit, ",".join(sorted(pool_names)), first_stage),
+            },
+        },
+        "spec": spec,
+    }
+    pools = {
+        p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit) for p in pool_names
+    }
+    return ClusterTarget(
+        name=cname, context=context, cluster_policy=cluster_policy, pools=pools
+    ), conflicts
+
+
+def node_labels(src: PoolSource) -> dict[str, str]:
+    spec = src.model.spec
+    labels = {names.POOL_LABEL: src.name}
+    if spec.mig_config:
+        labels[names.MIG_CONFIG_LABEL] = spec.mig_config
+    if spec.device_plugin_config:
+        labels[names.DEVICE_PLUGIN_CONFIG_LABEL] = spec.device_plugin_config
+    if spec.workload:
+        labels[names.WORKLOAD_CONFIG_LABEL] = spec.workload
+    for component in spec.disabled_components:
+        labels[names.DEPLOY_LABEL_PREFIX + component] = "false"
+    return labels
+
+
+def driver_manifest(
+    src: PoolSource, doc: dict[str, Any], commit: str, stage: str
+) -> dict[str, Any]:
+    spec = src.model.spec
+    dspec = policy.driver_spec(doc)
+    upgrade = dspec.get("upgradePolicy")
+    if "max_unavailable" in spec.model_fields_set and (
+        upgrade is None or isinstance(upgrade, dict)
+    ):
+        # pool.yaml's disruption budget is the pool's one source of truth: it also bounds the
+        # operator's own driver upgrade of the pool (preflight warns if the policy says else)
+        dspec["upgradePolicy"] = {**(upgrade or {}), "maxUnavailable": spec.max_unavailable}
+    dspec["driverType"] = spec.driver_type
+    dspec["default"] = False
+    dspec["nodeSelector"] = dict(spec.node_selector)
+    return {
+        "apiVersion": names.NVIDIA_DRIVER_API[0],
+        "kind": names.NVIDIA_DRIVER_API[1],
+        "metadata": {
+            "name": src.name,
+            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+            "annotations": _annotations(commit, src.name, stage),
+        },
+        "spec": dspec,
+    }
+
+
+def _pool_target(
+    src: PoolSource, cname: str, stage: str, doc: dict[str, Any], commit: str
+) -> PoolTarget:
+    spec = src.model.spec
+    driver = driver_manifest(src, doc, commit, stage)
+    version = driver["spec"].get("version")
+    return PoolTarget(
+        name=src.name,
+        cluster=cname,
+        stage=stage,
+        node_selector=dict(spec.node_selector),
+        max_unavailable=spec.max_unavailable,
+        gpu_product=spec.gpu.product,
+        mig_config=spec.mig_config,
+        device_plugin_config=spec.device_plugin_config,
+        node_labels=node_labels(src),
+        driver=driver,
+        driver_version=version if isinstance(version, str) else None,
+    )

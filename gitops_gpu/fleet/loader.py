@@ -1,0 +1,389 @@
+"""Load a fleet repo from disk into validated models, with file:line:column on every error.
+
+Layout (PRODUCT.md section 1)::
+
+    fleet.yaml                          kind: Fleet
+    <spec.base>                         optional base ClusterPolicy
+    nodepools/<pool>/pool.yaml          kind: NodePool
+    nodepools/<pool>/clusterpolicy.yaml optional ClusterPolicy, merged over the base
+
+Every problem found is collected (one broken pool does not hide another's errors) and raised
+together as :class:`RepoLoadError`; each entry is a :class:`RepoError` carrying a finding code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gitops_gpu.errors import FleetError
+from gitops_gpu.fleet.merge import merge
+from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool
+from gitops_gpu.fleet.problems import (
+    REF_CODE,
+    SHAPE_CODE,
+    STAGE_CODE,
+    YAML_CODE,
+    RepoError,
+    RepoLoadError,
+    shape_errors,
+)
+from gitops_gpu.fleet.yamlio import Document, load_file
+
+FLEET_FILE = "fleet.yaml"
+POOLS_DIR = "nodepools"
+POOL_FILE = "pool.yaml"
+POLICY_FILE = "clusterpolicy.yaml"
+
+M = TypeVar("M", bound=BaseModel)
+__all__ = ["FleetRepo", "PoolSource", "RepoError", "RepoLoadError", "load_repo"]
+
+
+@dataclass(frozen=True)
+class PoolSource:
+    name: str
+    model: NodePool
+    pool_doc: Document
+    policy_doc: Document | None
+
+
+@dataclass(frozen=True)
+class FleetRepo:
+    root: Path
+    fleet: Fleet
+    fleet_doc: Document
+    base_doc: Document | None
+    pools: dict[str, PoolSource] = field(default_factory=dict)
+
+    def stage_of(self, pool: str) -> str:
+        for stage in self.fleet.spec.stages:
+            if pool in stage.pools:
+                return stage.name
+        raise KeyError(pool)
+
+    def merged_policy(self, pool: str) -> dict[str, Any]:
+        """The pool's ClusterPolicy document: base with the pool's file merged over it."""
+        base = self.base_doc.data if self.base_doc else {}
+        src = self.pools[pool].policy_doc
+        return merge(base, src.data if src else {})  # type: ignore[no-any-return]
+
+    def cluster_pools(self) -> dict[str, list[str]]:
+        """cluster name -> its pools, sorted."""
+        out: dict[str, list[str]] = {c.name: [] for c in self.fleet.cluster_refs()}
+        for name, src in sorted(self.pools.items()):
+            out.setdefault(src.model.spec.cluster, []).append(name)
+        return out
+
+
+def load_repo(path: Path) -> FleetRepo:
+    """Load and validate the fleet repo at ``path``; raise RepoLoadError listing every problem."""
+    errors: list[RepoError] = []
+    root = Path(path)
+    fleet_doc = _load(root / FLEET_FILE, root, errors, required=True)
+    fleet = _validate(Fleet, fleet_doc, errors) if fleet_doc else None
+    base_doc = _load_base(root, fleet, fleet_doc, errors) if fleet and fleet_doc else None
+    pools = dict(_load_pools(root, base_doc, errors))
+    if fleet is None or fleet_doc is None:
+        raise RepoLoadError(errors)
+    _check_stages(fleet, fleet_doc, pools, errors)
+    _check_clusters(fleet, fleet_doc, pools, errors)
+    if errors:
+        raise RepoLoadError(errors)
+    return FleetRepo(root, fleet, fleet_doc, base_doc, pools)
+
+
+def _wrap(exc: FleetError, code: str) -> RepoError:
+    msg = str(exc.args[0]) if exc.args else str(exc)
+    # FleetError prefixes "file:line:col: field: " to its message; keep the bare message.
+    prefix = (
+        exc.file + (f":{exc.line}" if exc.line else "") + (f":{exc.column}" if exc.column else "")
+    )
+    msg = msg.removeprefix(f"{prefix}: ") if prefix else msg
+    return RepoError(
+        msg,
+        code=code,
+        file=exc.file,
+        line=exc.line,
+        column=exc.column,
+        field=exc.field,
+        fix=exc.fix,
+    )
+
+
+def _load(path: Path, root: Path, errors: list[RepoError], *, required: bool) -> Document | None:
+    if not path.exists() and not path.is_symlink():
+        if required:
+            errors.append(
+                RepoError(
+                    f"missing {path.relative_to(root).as_posix()}",
+                    code=REF_CODE,
+                    file=path.relative_to(root).as_posix(),
+                    fix="create it (see fleet-repo-example/ for a complete repo)",
+                )
+            )
+        return None
+    try:
+        doc = load_file(path, root)
+    except FleetError as exc:
+        errors.append(_wrap(exc, YAML_CODE))
+        return None
+    if not isinstance(doc.data, dict):
+        line, col = doc.where(())
+        errors.append(
+            RepoError(
+                "the document must be a mapping",
+                code=SHAPE_CODE,
+                file=doc.file,
+                line=line,
+                column=col,
+                fix="write the object as 'key: value' pairs",
+            )
+        )
+        return None
+    return doc
+
+
+def _validate(model: type[M], doc: Document, errors: list[RepoError]) -> M | None:
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        errors.extend(shape_errors(model, doc, exc))
+        return None
+
+
+def _load_base(
+    root: Path, fleet: Fleet, fleet_doc: Document, errors: list[RepoError]
+) -> Document | None:
+    rel = fleet.spec.base
+    if not rel:
+        return None
+    line, col = fleet_doc.where(("spec", "base"))
+    target = root / rel
+    inside = root.resolve() in (root / rel).resolve().parents
+    if Path(rel).is_absolute() or not inside:
+        errors.append(
+            RepoError(
+                f"spec.base '{rel}' points outside the repository",
+                code=REF_CODE,
+                file=fleet_doc.file,
+                line=line,
+                column=col,
+                field="spec.base",
+                fix="use a path relative to the repo root, e.g. base/clusterpolicy.yaml",
+            )
+        )
+        return None
+    if not target.is_file():
+        errors.append(
+            RepoError(
+                f"spec.base '{rel}' does not exist",
+                code=REF_CODE,
+                file=fleet_doc.file,
+                line=line,
+                column=col,
+                field="spec.base",
+                fix="create the file or correct the path",
+            )
+        )
+        return None
+    doc = _load(target, root, errors, required=True)
+    if doc is not None and _validate(ClusterPolicyDoc, doc, errors) is None:
+        return None
+    return doc
+
+
+def _stray_files(folder: Path, root: Path) -> Iterator[RepoError]:
+    """YAML next to pool.yaml that the loader would silently ignore (a misspelt file name)."""
+    for path in sorted(folder.iterdir()):
+        if path.suffix in (".yaml", ".yml", ".json") and path.name not in (POOL_FILE, POLICY_FILE):
+            yield RepoError(
+                f"unexpected file {path.name}: a pool folder holds {POOL_FILE} and "
+                f"{POLICY_FILE} only, so this file would be ignored",
+                code=REF_CODE,
+                file=path.relative_to(root).as_posix(),
+                fix=f"rename it to {POLICY_FILE} (or {POOL_FILE}), or move it out of {POOLS_DIR}/",
+            )
+
+
+def _load_pools(
+    root: Path, base: Document | None, errors: list[RepoError]
+) -> Iterator[tuple[str, PoolSource]]:
+    pools_dir = root / POOLS_DIR
+    if not pools_dir.is_dir():
+        errors.append(
+            RepoError(
+                f"no {POOLS_DIR}/ directory",
+                code=REF_CODE,
+                file=POOLS_DIR,
+                fix=f"add {POOLS_DIR}/<pool>/{POOL_FILE} for each node pool",
+            )
+        )
+        return
+    for path in sorted(pools_dir.iterdir()):
+        if path.is_file() and path.suffix in (".yaml", ".yml"):
+            stray = RepoError(
+                f"{path.name} sits directly in {POOLS_DIR}/, where it is ignored",
+                code=REF_CODE,
+                file=path.relative_to(root).as_posix(),
+                fix=f"move it to {POOLS_DIR}/<pool>/{POOL_FILE} (one folder per pool)",
+            )
+            errors.append(stray)
+    for folder in sorted(
+        p for p in pools_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+    ):
+        rel = folder.relative_to(root).as_posix()
+        errors.extend(_stray_files(folder, root))
+        pool_doc = _load(folder / POOL_FILE, root, errors, required=True)
+        pool = _validate(NodePool, pool_doc, errors) if pool_doc else None
+        policy_path = folder / POLICY_FILE
+        policy_doc = _load(policy_path, root, errors, required=False)
+        if policy_doc is not None and _validate(ClusterPolicyDoc, policy_doc, errors) is None:
+            continue
+        if pool is None or pool_doc is None or (policy_path.exists() and policy_doc is None):
+            continue
+        if pool.metadata.name != folder.name:
+            line, col = pool_doc.where(("metadata", "name"))
+            errors.append(
+                RepoError(
+                    f"metadata.name '{pool.metadata.name}' differs from the folder name "
+                    f"'{folder.name}'",
+                    code=REF_CODE,
+                    file=pool_doc.file,
+                    line=line,
+                    column=col,
+                    field="metadata.name",
+                    fix=f"set metadata.name: {folder.name} (or rename the folder)",
+                )
+            )
+            continue
+        if base is None and policy_doc is None:
+            errors.append(
+                RepoError(
+                    "the pool has no ClusterPolicy: no spec.base and no clusterpolicy.yaml",
+                    code=REF_CODE,
+                    file=f"{rel}/{POLICY_FILE}",
+                    fix=f"add {rel}/{POLICY_FILE} or set spec.base in {FLEET_FILE}",
+                )
+            )
+            continue
+        yield folder.name, PoolSource(folder.name, pool, pool_doc, policy_doc)
+
+
+def _check_stages(
+    fleet: Fleet, doc: Document, pools: dict[str, PoolSource], errors: list[RepoError]
+) -> None:
+    seen_stage: dict[str, int] = {}
+    placed: dict[str, str] = {}
+    for i, stage in enumerate(fleet.spec.stages):
+        line, col = doc.where(("spec", "stages", i, "name"))
+        if stage.name in seen_stage:
+            errors.append(
+                RepoError(
+                    f"stage '{stage.name}' is defined twice",
+                    code=STAGE_CODE,
+                    file=doc.file,
+                    line=line,
+                    column=col,
+                    field=f"spec.stages[{i}].name",
+                    fix="give every stage its own name",
+                )
+            )
+        seen_stage[stage.name] = i
+        for j, pool in enumerate(stage.pools):
+            line, col = doc.where(("spec", "stages", i, "pools", j))
+            fld = f"spec.stages[{i}].pools[{j}]"
+            if pool in placed:
+                errors.append(
+                    RepoError(
+                        f"pool '{pool}' is in stage '{placed[pool]}' and again in stage "
+                        f"'{stage.name}'",
+                        code=STAGE_CODE,
+                        fix="list every pool in exactly one stage",
+                        file=doc.file,
+                        line=line,
+                        column=col,
+                        field=fld,
+                    )
+                )
+            elif pool not in pools and (Path(POOLS_DIR) / pool).as_posix() not in _failed(errors):
+                errors.append(
+                    RepoError(
+                        f"stage '{stage.name}' names pool '{pool}', which has no "
+                        f"{POOLS_DIR}/{pool}/{POOL_FILE}",
+                        code=STAGE_CODE,
+                        fix=f"create {POOLS_DIR}/{pool}/{POOL_FILE} or remove it here",
+                        file=doc.file,
+                        line=line,
+                        column=col,
+                        field=fld,
+                    )
+                )
+            placed.setdefault(pool, stage.name)
+    for name, src in sorted(pools.items()):
+        if name not in placed:
+            line, col = src.pool_doc.where(("metadata", "name"))
+            errors.append(
+                RepoError(
+                    f"pool '{name}' is in no stage, so no commit would ever reach it",
+                    code=STAGE_CODE,
+                    file=src.pool_doc.file,
+                    line=line,
+                    column=col,
+                    field="metadata.name",
+                    fix=f"add '{name}' to the pools of one stage in {FLEET_FILE}",
+                )
+            )
+    if not pools and not _failed(errors):
+        errors.append(
+            RepoError(
+                "the fleet has no pools",
+                code=STAGE_CODE,
+                file=POOLS_DIR,
+                fix=f"add {POOLS_DIR}/<pool>/{POOL_FILE}",
+            )
+        )
+
+
+def _failed(errors: list[RepoError]) -> set[str]:
+    """Pool folders that already have a load error (no need to also say they are missing)."""
+    return {"/".join(e.file.split("/")[:2]) for e in errors if e.file.startswith(POOLS_DIR + "/")}
+
+
+def _check_clusters(
+    fleet: Fleet, doc: Document, pools: dict[str, PoolSource], errors: list[RepoError]
+) -> None:
+    names: set[str] = set()
+    for i, ref in enumerate(fleet.cluster_refs()):
+        if ref.name in names:
+            line, col = doc.where(("spec", "clusters", i, "name"))
+            errors.append(
+                RepoError(
+                    f"cluster '{ref.name}' is defined twice",
+                    code=REF_CODE,
+                    file=doc.file,
+                    line=line,
+                    column=col,
+                    field=f"spec.clusters[{i}].name",
+                    fix="give every cluster its own name",
+                )
+            )
+        names.add(ref.name)
+    for name, src in sorted(pools.items()):
+        cluster = src.model.spec.cluster
+        if cluster not in names:
+            line, col = src.pool_doc.where(("spec", "cluster"))
+            errors.append(
+                RepoError(
+                    f"pool '{name}' names cluster '{cluster}', which {FLEET_FILE} does not define",
+                    code=REF_CODE,
+                    file=src.pool_doc.file,
+                    line=line,
+                    column=col,
+                    field="spec.cluster",
+                    fix=f"use one of: {', '.join(sorted(names))} (or add it to spec.clusters)",
+                )
+            )

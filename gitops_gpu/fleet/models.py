@@ -1,0 +1,297 @@
+"""The fleet repo's own objects (Fleet, NodePool) and typed views of GPU Operator objects.
+
+Fleet and NodePool are ours: ``extra="forbid"`` so a misspelt field is an error with its
+position, never silently ignored. ClusterPolicy files belong to the GPU Operator's API: the
+document header is checked here, the spec stays plain data (the CRD schema check in preflight
+judges it), and :class:`DriverSettings` is the typed view of the few driver fields the compiler
+and the version matrix read, with every other field kept (``extra="allow"``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, field_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "gitops-gpu.io/v1alpha1"
+DEFAULT_CLUSTER = "default"
+
+# gpu.deploy.<component> labels the GPU Operator honours (controllers/state_manager.go).
+COMPONENTS = (
+    "driver",
+    "gpu-feature-discovery",
+    "container-toolkit",
+    "device-plugin",
+    "dcgm",
+    "dcgm-exporter",
+    "node-status-exporter",
+    "operator-validator",
+    "mig-manager",
+    "sandbox-device-plugin",
+    "sandbox-validator",
+    "vfio-manager",
+    "kata-manager",
+    "cc-manager",
+    "vgpu-manager",
+    "vgpu-device-manager",
+    "kata-sandbox-device-plugin",
+)
+Component = Literal[
+    "driver",
+    "gpu-feature-discovery",
+    "container-toolkit",
+    "device-plugin",
+    "dcgm",
+    "dcgm-exporter",
+    "node-status-exporter",
+    "operator-validator",
+    "mig-manager",
+    "sandbox-device-plugin",
+    "sandbox-validator",
+    "vfio-manager",
+    "kata-manager",
+    "cc-manager",
+    "vgpu-manager",
+    "vgpu-device-manager",
+    "kata-sandbox-device-plugin",
+]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PERCENT = re.compile(r"^\d+%$")
+
+
+def parse_duration(value: Any) -> float:
+    """'10m', '1h30m', '45s', '500ms' or a number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration like 10m, 30s or 1h is expected")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError("a duration like 10m, 30s or 1h is expected")
+    rest, total = value.strip(), 0.0
+    while rest:
+        m = _DURATION.match(rest)
+        if not m:
+            raise ValueError(f"'{value}' is not a duration like 10m, 30s, 1h or 1h30m")
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        rest = rest[m.end() :]
+    return total
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def check_dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"'{value}' must be a DNS label: lower-case letters, digits and '-', "
+            "at most 63 characters, starting and ending with a letter or digit"
+        )
+    return value
+
+
+def check_label_key(key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ValueError(f"label key '{key}': prefix must be a DNS subdomain")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"label key '{key}': name must be 1-63 characters [A-Za-z0-9-_.], "
+            "starting and ending with a letter or digit"
+        )
+
+
+def check_label_value(key: str, value: str) -> None:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(
+            f"label '{key}': value '{value}' must be at most 63 characters "
+            "[A-Za-z0-9-_.], starting and ending with a letter or digit"
+        )
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class Metadata(_Model):
+    name: StrictStr
+    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    annotations: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_dns_label(v)
+
+
+class ClusterRef(_Model):
+    name: StrictStr
+    context: StrictStr | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_dns_label(v)
+
+
+class Gate(_Model):
+    soak: Duration = 0.0
+    max_unhealthy_nodes: int = Field(default=0, ge=0, strict=True)
+    approval: Literal["none", "required"] = "none"
+    timeout: Duration | None = None
+
+
+class Stage(_Model):
+    name: StrictStr
+    pools: list[StrictStr] = Field(min_length=1)
+    gate: Gate = Field(default_factory=Gate)
+    on_failure: Literal["hold", "rollback"] = "hold"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_dns_label(v)
+
+
+class FleetSpec(_Model):
+    base: StrictStr | None = None
+    clusters: list[ClusterRef] | None = None
+    stages: list[Stage] = Field(min_length=1)
+
+
+class Fleet(_Model):
+    api_version: Literal["gitops-gpu.io/v1alpha1"]
+    kind: Literal["Fleet"]
+    metadata: Metadata
+    spec: FleetSpec
+
+    def cluster_refs(self) -> list[ClusterRef]:
+        return (
+            list(self.spec.clusters) if self.spec.clusters else [ClusterRef(name=DEFAULT_CLUSTER)]
+        )
+
+
+class GpuSpec(_Model):
+    product: StrictStr | None = None
+
+
+class NodePoolSpec(_Model):
+    cluster: StrictStr = DEFAULT_CLUSTER
+    node_selector: dict[StrictStr, StrictStr]
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
+    mig_config: StrictStr | None = None
+    device_plugin_config: StrictStr | None = None
+    max_unavailable: int | StrictStr = "25%"
+    workload: Literal["container", "vm-passthrough", "vm-vgpu"] | None = None
+    disabled_components: list[Component] = Field(default_factory=list)
+    # Not a ClusterPolicy field: NVIDIADriver.driverType (immutable) is chosen per pool here.
+    driver_type: Literal["gpu", "vgpu", "vgpu-host-manager"] = "gpu"
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            check_label_key(key)
+            check_label_value(key, value)
+        return v
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _max_unavailable(cls, v: int | str) -> int | str:
+        if isinstance(v, bool) or (isinstance(v, int) and v < 0):
+            raise ValueError("must be a non-negative integer or a percentage like '25%'")
+        if isinstance(v, str) and not _PERCENT.match(v):
+            raise ValueError(f"'{v}' must be a non-negative integer or a percentage like '25%'")
+        return v
+
+    @field_validator("mig_config", "device_plugin_config")
+    @classmethod
+    def _label_value(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_label_value("value", v)
+        return v
+
+    @field_validator("disabled_components")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a component is listed twice")
+        return v
+
+
+class NodePool(_Model):
+    api_version: Literal["gitops-gpu.io/v1alpha1"]
+    kind: Literal["NodePool"]
+    metadata: Metadata
+    spec: NodePoolSpec
+
+
+class ObjectMeta(BaseModel):
+    """metadata of a GPU Operator object as written by the user (name is replaced on compile)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: StrictStr | None = None
+    namespace: StrictStr | None = None
+    labels: dict[StrictStr, StrictStr] | None = None
+    annotations: dict[StrictStr, StrictStr] | None = None
+
+
+class ClusterPolicyDoc(BaseModel):
+    """The header of a ClusterPolicy file; ``spec`` stays data for the CRD schema check."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+    api_version: Literal["nvidia.com/v1"]
+    kind: Literal["ClusterPolicy"]
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: dict[str, Any] | None = None
+
+
+class DriverSettings(BaseModel):
+    """Typed view of an NVIDIADriver spec: the fields compile and the matrix read.
+
+    Lenient on purpose (``extra="allow"``, values may be absent): type errors are the CRD
+    schema check's to report, with positions; this view only reads what is well-typed.
+    """
+
+    model_config = ConfigDict(
+        extra="allow", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+    version: str | None = None
+    repository: str | None = None
+    image: str | None = None
+    driver_type: str = "gpu"
+    kernel_module_type: str = "auto"  # CRD default
+    use_precompiled: bool = False
+    node_selector: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> DriverSettings:
+        data = dict(spec)
+        for key, typ in _DRIVER_TYPES:
+            if key in data and not isinstance(data[key], typ):
+                del data[key]  # ill-typed: the schema check reports it
+        return cls.model_validate(data)
+
+
+_DRIVER_TYPES: tuple[tuple[str, type], ...] = (
+    ("version", str),
+    ("repository", str),
+    ("image", str),
+    ("driverType", str),
+    ("kernelModuleType", str),
+    ("usePrecompiled", bool),
+    ("nodeSelector", dict),
+)

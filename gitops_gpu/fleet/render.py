@@ -1,0 +1,92 @@
+"""Deterministic YAML for compiled objects: same input, byte-identical output.
+
+Keys are sorted at every level, block style throughout, no line folding, and strings that a
+YAML 1.1 reader (kubectl, sigs.k8s.io/yaml) would take for a bool, null or number are quoted,
+so ``defaultMode: "on"`` stays a string whoever reads the file.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.representer import SafeRepresenter
+
+from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget
+
+# YAML 1.1 implicit scalars (bool, null, int, float incl. sexagesimal) that 1.2 reads as strings.
+_YAML11 = re.compile(
+    r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF"
+    r"|~|null|Null|NULL|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?|[-+]?0b[01_]+"
+    r"|[-+]?0[0-7_]+|[-+]?0x[0-9a-fA-F_]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"
+)
+
+
+def _represent_str(rep: SafeRepresenter, data: str) -> Any:
+    if _YAML11.match(data):
+        return rep.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return rep.represent_str(data)
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
+    y.width = 1 << 16
+    y.representer.add_representer(str, _represent_str)
+    return y
+
+
+def _plain(data: Any) -> Any:
+    """Mappings to sorted dicts, sequences to lists (the dumper only knows plain types)."""
+    if isinstance(data, Mapping):
+        return {str(k): _plain(data[k]) for k in sorted(data, key=str)}
+    if isinstance(data, list | tuple):
+        return [_plain(v) for v in data]
+    return data
+
+
+def render_yaml(data: Any) -> str:
+    """One YAML document, keys sorted, deterministic."""
+    buf = io.StringIO()
+    _yaml().dump(_plain(data), buf)
+    return buf.getvalue()
+
+
+render_manifest = render_yaml
+
+
+def node_label_doc(pool: PoolTarget) -> dict[str, Any]:
+    """The node-label set of a pool as a document (not a Kubernetes object)."""
+    return {
+        "pool": pool.name,
+        "cluster": pool.cluster,
+        "stage": pool.stage,
+        "nodeSelector": dict(pool.node_selector),
+        "labels": dict(pool.node_labels),
+    }
+
+
+def render_cluster(cluster: ClusterTarget) -> dict[str, str]:
+    """relative file name -> YAML, one file per object, for ``gitops-gpu compile``."""
+    out = {
+        "clusterpolicy-" + str(cluster.cluster_policy["metadata"]["name"]) + ".yaml": render_yaml(
+            cluster.cluster_policy
+        )
+    }
+    for name in sorted(cluster.pools):
+        pool = cluster.pools[name]
+        out[f"nvidiadriver-{name}.yaml"] = render_yaml(pool.driver)
+        out[f"node-labels/{name}.yaml"] = render_yaml(node_label_doc(pool))
+    return out
+
+
+def render_fleet(compiled: CompiledFleet) -> dict[str, str]:
+    """``<cluster>/<file>`` -> YAML for every cluster of the fleet."""
+    out: dict[str, str] = {}
+    for cname in sorted(compiled.clusters):
+        for rel, text in render_cluster(compiled.clusters[cname]).items():
+            out[f"{cname}/{rel}"] = text
+    return out

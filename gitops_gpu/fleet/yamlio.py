@@ -1,0 +1,254 @@
+"""Read YAML from a fleet repo safely, keeping the position of every key.
+
+Why not ``YAML().load``: we need (1) a refusal, not an expansion, of anchors and aliases (a
+"billion laughs" file must cost nothing), (2) duplicate keys refused with both positions,
+(3) plain ``dict``/``list``/``str`` values that later layers can compare and serialise, and
+(4) the line and column of every key and list item so a finding can point at ``file:line``.
+So we let ruamel.yaml *compose* the node graph (scanner + parser + resolver only) and build
+the values ourselves from the nodes, in one pass.
+
+Scalars follow YAML 1.2 core schema (``yes``/``on`` stay strings), timestamps stay strings
+(the apiserver reads them as strings too), custom tags are refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from gitops_gpu.errors import FleetError
+
+MAX_FILE_BYTES = 1024 * 1024  # a fleet file is hand-written: 1 MiB is generous
+
+PathKey = tuple[str | int, ...]
+_TAG = "tag:yaml.org,2002:"
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document: plain data plus the (line, column) of every key and item (1-based)."""
+
+    file: str  # path relative to the repo root, as shown to users
+    data: Any
+    positions: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+
+    def where(self, path: PathKey) -> tuple[int, int]:
+        """Position of ``path`` or of its nearest ancestor that exists in this document."""
+        p = tuple(path)
+        while p:
+            if p in self.positions:
+                return self.positions[p]
+            p = p[:-1]
+        return self.positions.get((), (1, 1))
+
+    def has(self, path: PathKey) -> bool:
+        return tuple(path) in self.positions
+
+
+def _err(file: str, message: str, line: int = 0, column: int = 0, fix: str = "") -> FleetError:
+    return FleetError(message, file=file, line=line, column=column, fix=fix)
+
+
+def read_text(path: Path, root: Path) -> tuple[str, str]:
+    """Read ``path`` (inside ``root``) as UTF-8 text; returns (relative name, text).
+
+    Refuses symlinks that leave the repo, files over MAX_FILE_BYTES and non-UTF-8 bytes.
+    """
+    root_real = root.resolve()
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    real = path.resolve()
+    if real != root_real and root_real not in real.parents:
+        raise _err(
+            rel,
+            f"symlink points outside the repository (to {real})",
+            fix="replace the symlink with a regular file inside the repository",
+        )
+    try:
+        size = os.stat(real).st_size
+    except OSError as exc:
+        raise _err(
+            rel, f"cannot read: {exc.strerror}", fix="check the file exists and is readable"
+        ) from exc
+    if size > MAX_FILE_BYTES:
+        raise _err(
+            rel,
+            f"file is {size} bytes, over the {MAX_FILE_BYTES} byte limit",
+            fix="fleet files are small hand-written YAML: split or trim this file",
+        )
+    raw = real.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise _err(
+            rel,
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})",
+            line,
+            col,
+            fix="save the file as UTF-8",
+        ) from exc
+    return rel, text.removeprefix("\ufeff")
+
+
+def _check_tabs(file: str, text: str) -> None:
+    for n, line in enumerate(text.splitlines(), 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent:
+            raise _err(
+                file,
+                "tab character in indentation",
+                n,
+                indent.index("\t") + 1,
+                fix="indent with spaces only (YAML forbids tabs in indentation)",
+            )
+
+
+def parse_documents(file: str, text: str) -> list[Document]:
+    """Parse every document of ``text``; raise FleetError with file:line:column on any problem."""
+    _check_tabs(file, text)
+    yaml = YAML(typ="safe", pure=True)
+    docs: list[Document] = []
+    try:
+        for node in yaml.compose_all(text):
+            if node is None:
+                continue
+            positions: dict[PathKey, tuple[int, int]] = {(): _pos(node)}
+            docs.append(Document(file, _build(file, node, (), positions), positions))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        raise _err(
+            file,
+            f"YAML syntax error: {problem}",
+            line,
+            col,
+            fix="fix the YAML syntax at this position",
+        ) from exc
+    except YAMLError as exc:
+        raise _err(file, f"YAML error: {exc}", fix="fix the YAML syntax") from exc
+    return docs
+
+
+def parse_single(file: str, text: str) -> Document:
+    docs = parse_documents(file, text)
+    if not docs:
+        raise _err(file, "file is empty", 1, 1, fix="add the object this file should hold")
+    if len(docs) > 1:
+        line, col = docs[1].positions[()]
+        raise _err(
+            file,
+            "more than one YAML document",
+            line,
+            col,
+            fix="keep one object per file (remove the '---' and what follows)",
+        )
+    return docs[0]
+
+
+def load_file(path: Path, root: Path) -> Document:
+    rel, text = read_text(path, root)
+    return parse_single(rel, text)
+
+
+def _pos(node: Node) -> tuple[int, int]:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _build(file: str, node: Node, path: PathKey, positions: dict[PathKey, tuple[int, int]]) -> Any:
+    if getattr(node, "anchor", None):
+        line, col = _pos(node)
+        raise _err(
+            file,
+            f"YAML anchor '&{node.anchor}' (aliases are not supported)",
+            line,
+            col,
+            fix="write the value out in full; anchors, aliases and merge keys are refused",
+        )
+    if isinstance(node, MappingNode):
+        out: dict[str, Any] = {}
+        seen: dict[str, tuple[int, int]] = {}
+        for knode, vnode in node.value:
+            kpos = _pos(knode)
+            if not isinstance(knode, ScalarNode) or knode.tag == _TAG + "merge":
+                raise _err(
+                    file,
+                    "complex or merge key",
+                    *kpos,
+                    fix="use plain string keys; merge keys ('<<') are refused",
+                )
+            key = str(knode.value)
+            if key in seen:
+                raise _err(
+                    file,
+                    f"duplicate key '{key}' (first at line {seen[key][0]})",
+                    *kpos,
+                    fix="remove one of the two keys",
+                )
+            seen[key] = kpos
+            positions[(*path, key)] = kpos
+            out[key] = _build(file, vnode, (*path, key), positions)
+        return out
+    if isinstance(node, SequenceNode):
+        items: list[Any] = []
+        for i, item in enumerate(node.value):
+            positions[(*path, i)] = _pos(item)
+            items.append(_build(file, item, (*path, i), positions))
+        return items
+    return _scalar(file, node)
+
+
+def _scalar(file: str, node: Node) -> Any:
+    tag, value = node.tag, str(node.value)
+    if tag in (_TAG + "str", _TAG + "timestamp"):
+        return value
+    if tag == _TAG + "null":
+        return None
+    if tag == _TAG + "bool":
+        return value.lower() == "true"
+    if tag == _TAG + "int":
+        v = value.replace("_", "")
+        sign = -1 if v.startswith("-") else 1
+        v = v.lstrip("+-")
+        base = {"0x": 16, "0o": 8, "0b": 2}.get(v[:2].lower(), 10)
+        return sign * int(v[2:] if base != 10 else v, base)
+    if tag == _TAG + "float":
+        low = value.lower().replace("_", "")
+        if low.lstrip("+-") in (".inf", "inf"):
+            return -math.inf if low.startswith("-") else math.inf
+        if low in (".nan", "nan"):
+            return math.nan
+        return float(low)
+    line, col = _pos(node)
+    raise _err(file, f"unsupported YAML tag {tag}", line, col, fix="remove the explicit tag")
+
+
+def iter_leaves(data: Any, path: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
+    """Every leaf (scalar, empty map/list) of ``data`` with its path."""
+    if isinstance(data, dict) and data:
+        for k, v in data.items():
+            yield from iter_leaves(v, (*path, k))
+    elif isinstance(data, list) and data:
+        for i, v in enumerate(data):
+            yield from iter_leaves(v, (*path, i))
+    else:
+        yield path, data
+
+
+def dotted(path: PathKey) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out

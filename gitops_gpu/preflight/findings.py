@@ -1,0 +1,150 @@
+"""Findings: what preflight reports, with a stable code, a severity, file:line and a fix.
+
+Codes are stable API (CI rules and people grep for them); add new ones, never renumber.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class Severity(enum.StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+# code -> (severity, what it means)
+CODES: dict[str, tuple[Severity, str]] = {
+    "GG001": (
+        Severity.ERROR,
+        "a file cannot be read as YAML (syntax, duplicate key, tab, "
+        "anchor/alias, size, encoding, symlink out of the repo)",
+    ),
+    "GG002": (Severity.ERROR, "a field does not fit the Fleet/NodePool/ClusterPolicy file shape"),
+    "GG003": (
+        Severity.ERROR,
+        "stages: a pool is in no stage or in two, or a stage names an unknown pool",
+    ),
+    "GG004": (
+        Severity.ERROR,
+        "a reference is broken: missing file, unknown cluster, pool name "
+        "differs from its folder, pool without ClusterPolicy",
+    ),
+    "GG010": (Severity.ERROR, "the merged ClusterPolicy does not conform to the CRD schema"),
+    "GG011": (Severity.ERROR, "a compiled NVIDIADriver does not conform to the CRD schema"),
+    "GG012": (Severity.ERROR, "the apiserver refused a server-side dry-run apply"),
+    "GG013": (Severity.INFO, "a CRD validation rule (CEL) was not evaluated offline"),
+    "GG020": (Severity.ERROR, "pools of one cluster disagree on a cluster-scoped field"),
+    "GG021": (Severity.ERROR, "two pools' node selectors can match the same node"),
+    "GG022": (Severity.ERROR, "a live node is matched by two pools"),
+    "GG023": (Severity.WARNING, "a pool's selector matches no live node"),
+    "GG024": (
+        Severity.ERROR,
+        "an immutable NVIDIADriver field (driverType, usePrecompiled) "
+        "changed since the base revision",
+    ),
+    "GG025": (
+        Severity.WARNING,
+        "cluster-wide blast radius: a cluster-scoped field changed since the base revision",
+    ),
+    "GG026": (
+        Severity.ERROR,
+        "a node selector uses a label that gitops-gpu or the GPU Operator sets itself",
+    ),
+    "GG027": (Severity.WARNING, "a pool setting has no effect with the cluster's ClusterPolicy"),
+    "GG028": (
+        Severity.WARNING,
+        "driver.upgradePolicy.autoUpgrade is not set: ClusterPolicy and "
+        "NVIDIADriver default it differently",
+    ),
+    "GG030": (Severity.ERROR, "the driver branch does not support the pool's GPU architecture"),
+    "GG031": (Severity.ERROR, "the pool's GPUs need open kernel modules"),
+    "GG032": (Severity.ERROR, "the pool's GPUs cannot run open kernel modules"),
+    "GG033": (Severity.WARNING, "kernelModuleType auto needs a newer driver"),
+    "GG034": (Severity.ERROR, "the MIG profile is not valid for the pool's GPU product"),
+    "GG035": (Severity.WARNING, "the driver branch is end of life"),
+    "GG036": (
+        Severity.INFO,
+        "the version matrix could not judge the pool (unknown product, branch or version)",
+    ),
+    "GG040": (Severity.INFO, "the base revision could not be compared"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    message: str
+    file: str = ""
+    line: int = 0
+    fix: str = ""
+    field: str = ""
+    pool: str = ""
+    cluster: str = ""
+    severity: Severity = Severity.ERROR
+
+    @classmethod
+    def make(cls, code: str, message: str, **kw: Any) -> Finding:
+        """A finding with the severity registered for ``code``."""
+        sev = kw.pop("severity", None) or CODES[code][0]
+        return cls(code=code, message=message, severity=Severity(sev), **kw)
+
+    @property
+    def where(self) -> str:
+        if not self.file:
+            return "<fleet>"
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    def text(self) -> str:
+        head = f"{self.where}: {self.severity.value} {self.code}: {self.message}"
+        return head + (f"\n  fix: {self.fix}" if self.fix else "")
+
+    render = text
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["severity"] = self.severity.value
+        return out
+
+
+_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Deduplicated, ordered by file, line, severity, code: stable output for CI diffs."""
+    unique = {(f.code, f.file, f.line, f.message): f for f in findings}
+    return sorted(
+        unique.values(),
+        key=lambda f: (f.file == "", f.file, f.line, _ORDER[f.severity], f.code, f.message),
+    )
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity is Severity.ERROR for f in findings)
+
+
+def summary(findings: Sequence[Finding]) -> dict[str, int]:
+    return {s.value: sum(1 for f in findings if f.severity is s) for s in Severity}
+
+
+def render_text(findings: Sequence[Finding]) -> str:
+    lines = [f.text() for f in findings]
+    counts = summary(findings)
+    lines.append(
+        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_json(findings: Sequence[Finding], extra: dict[str, Any] | None = None) -> str:
+    doc: dict[str, Any] = {
+        "findings": [f.as_dict() for f in findings],
+        "summary": summary(findings),
+    }
+    doc.update(extra or {})
+    return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"

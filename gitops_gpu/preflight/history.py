@@ -1,0 +1,162 @@
+"""Checks against an earlier revision (``--base REV``): immutable fields and blast radius.
+
+The fleet repo at REV is written out of git (gitpython, no checkout of the work tree) into a
+temporary directory and loaded with the same loader, so both sides are compiled the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import git
+
+from gitops_gpu.errors import SourceError
+from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.fleet.loader import FleetRepo, load_repo
+from gitops_gpu.preflight.findings import Finding
+from gitops_gpu.preflight.plan import diff_fields
+
+# NVIDIADriver fields the CRD makes immutable (x-kubernetes-validations: self == oldSelf),
+# with the value the CRD defaults them to.
+IMMUTABLE = (("driverType", "gpu"), ("usePrecompiled", False))
+_SYMLINK_MODE = 0o120000
+
+
+def git_repo(path: Path) -> git.Repo:
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise SourceError(
+            f"{path} is not inside a git repository",
+            fix="run in a git checkout of the fleet repo, or drop --base",
+        ) from exc
+
+
+def head_commit(path: Path) -> str | None:
+    """HEAD of the git repo holding ``path``, or None outside git / before the first commit."""
+    try:
+        with git.Repo(path, search_parent_directories=True) as repo:
+            return str(repo.head.commit.hexsha)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+        return None
+
+
+def export_revision(path: Path, rev: str, dest: Path) -> tuple[Path, str]:
+    """Write the fleet repo at ``path`` as of ``rev`` under ``dest``; returns (root, sha)."""
+    with git_repo(path) as repo:
+        try:
+            commit = repo.commit(rev)
+        except (git.BadName, ValueError) as exc:
+            raise SourceError(
+                f"unknown revision {rev!r}",
+                fix="pass a commit, tag or branch that exists in the fleet repo",
+            ) from exc
+        top = Path(str(repo.working_tree_dir)).resolve()
+        sub = Path(path).resolve().relative_to(top).as_posix()
+        try:
+            tree = commit.tree if sub in ("", ".") else commit.tree / sub
+        except KeyError:  # the fleet directory did not exist yet: an empty repo
+            return dest, str(commit.hexsha)
+        _write_tree(tree, sub, dest)
+        return dest, str(commit.hexsha)
+
+
+def _write_tree(tree: git.Tree, sub: str, dest: Path) -> None:
+    for item in tree.traverse():
+        if not isinstance(item, git.Blob):
+            continue
+        rel = Path(item.path).relative_to(sub) if sub not in ("", ".") else Path(item.path)
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = item.data_stream.read()
+        if item.mode == _SYMLINK_MODE:
+            os.symlink(data.decode("utf-8", "surrogateescape"), target)
+        else:
+            target.write_bytes(data)
+
+
+def load_revision(path: Path, rev: str) -> tuple[FleetRepo, str]:
+    """Load the fleet repo at ``rev`` (everything is read into memory; the export is removed)."""
+    with tempfile.TemporaryDirectory(prefix="gitops-gpu-base-") as tmp:
+        root, sha = export_revision(path, rev, Path(tmp))
+        return load_repo(root), sha
+
+
+def immutable_changes(
+    repo: FleetRepo, base: CompiledFleet, head: CompiledFleet
+) -> Iterator[Finding]:
+    """GG024: driverType/usePrecompiled of an existing pool's NVIDIADriver changed."""
+    for cname, cluster in head.clusters.items():
+        old_cluster = base.clusters.get(cname)
+        for pool, target in sorted(cluster.pools.items()):
+            old = old_cluster.pools.get(pool) if old_cluster else None
+            if old is None:
+                continue
+            for key, default in IMMUTABLE:
+                was = old.driver["spec"].get(key, default)
+                now = target.driver["spec"].get(key, default)
+                if was == now:
+                    continue
+                if key == "driverType":
+                    doc = repo.pools[pool].pool_doc
+                    file, line = doc.file, doc.where(("spec", "driverType"))[0]
+                else:
+                    file, line = fleet_compile.locate(repo, pool, ("spec", "driver", key))
+                yield Finding.make(
+                    "GG024",
+                    f"NVIDIADriver '{pool}': {key} changes {was!r} -> {now!r}, but the "
+                    "field is immutable: the apiserver refuses the update",
+                    file=file,
+                    line=line,
+                    pool=pool,
+                    cluster=cname,
+                    field=key,
+                    fix=f"keep {key}: {was!r} for pool '{pool}'; to switch, create a new pool "
+                    "(new folder and selector) with the new value and move the nodes to it",
+                )
+
+
+def blast_radius(repo: FleetRepo, base: CompiledFleet, head: CompiledFleet) -> Iterator[Finding]:
+    """GG025: cluster-scoped ClusterPolicy fields changed since base hit every pool at once."""
+    stage_order = [s.name for s in head.stages]
+    for cname, cluster in sorted(head.clusters.items()):
+        old = base.clusters.get(cname)
+        if old is None:
+            continue
+        changes = diff_fields(_spec(old.cluster_policy), _spec(cluster.cluster_policy))
+        if not changes:
+            continue
+        pools = sorted(cluster.pools)
+        first = min((cluster.pools[p].stage for p in pools), key=stage_order.index)
+        for change in changes[:20]:
+            file, line = fleet_compile.locate(repo, pools[0], change.parts)
+            yield Finding.make(
+                "GG025",
+                f"cluster-wide blast radius: {change.path} changes {_short(change.old)} -> "
+                f"{_short(change.new)} in the ClusterPolicy of cluster '{cname}', which reaches "
+                f"all {len(pools)} pools ({', '.join(pools)}) at once when stage '{first}' "
+                "adopts the commit",
+                file=file,
+                line=line,
+                cluster=cname,
+                field=change.path,
+                fix="if only some pools need it, make it a per-pool setting; otherwise make sure "
+                f"stage '{first}' can take a change to the whole cluster",
+            )
+
+
+def _spec(manifest: Any) -> dict[str, Any]:
+    return {
+        "spec": manifest.get("spec", {}),
+        "metadata": {"labels": manifest["metadata"].get("labels", {})},
+    }
+
+
+def _short(value: Any) -> str:
+    text = "<not set>" if value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

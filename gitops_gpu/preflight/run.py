@@ -1,0 +1,218 @@
+"""``run_preflight``: every check over one fleet repo checkout, as a list of findings.
+
+Order: load (stops at the first broken file set) -> compile -> CRD conformance -> compile
+rules -> version matrix -> with ``base_rev``: immutable fields, blast radius and the plan ->
+with a cluster: live node overlap and a server-side dry-run. Usage/IO problems (no such
+directory, no CRDs, unknown revision, unreachable cluster) raise GitopsGpuError instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitops_gpu import paths
+from gitops_gpu.errors import FleetError
+from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
+from gitops_gpu.fleet.models import DriverSettings
+from gitops_gpu.preflight import checks, conformance, history, live, matrix
+from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
+from gitops_gpu.preflight.plan import Plan, make_plan
+from gitops_gpu.preflight.schema import load_crds
+
+Nodes = Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    findings: list[Finding]
+    compiled: CompiledFleet | None  # None when the repo does not load or compile
+    plan: Plan | None = None  # with base_rev
+    base_commit: str | None = None
+    live_nodes: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.findings)
+
+
+def run_preflight(
+    repo_path: Path | str,
+    *,
+    commit: str | None = None,
+    base_rev: str | None = None,
+    crds_dir: Path | str | None = None,
+    live_nodes: Nodes | None = None,
+    kubeconfig: str | None = None,
+    client_factory: live.ClientFactory | None = None,
+    today: datetime.date | None = None,
+) -> PreflightResult:
+    """Check the fleet repo at ``repo_path``.
+
+    ``commit`` is stamped on compiled objects (default: HEAD of the enclosing git repo).
+    ``live_nodes`` (cluster -> Node objects) replaces declared GPU products and enables the
+    node-overlap check; ``kubeconfig`` (or ``client_factory``, a context -> client callable)
+    reads them from the clusters and adds a server-side dry-run.
+    """
+    root = Path(repo_path)
+    if not root.is_dir():
+        raise FleetError(
+            f"{root} is not a directory",
+            file=str(root),
+            fix="pass the path of a fleet repo checkout",
+        )
+    crds = load_crds(Path(crds_dir) if crds_dir else paths.default_crds_dir())
+    sha = commit or history.head_commit(root) or "working-tree"
+    try:
+        repo = load_repo(root)
+    except RepoLoadError as exc:
+        return PreflightResult(
+            [
+                Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix, field=e.field)
+                for e in exc.errors
+            ],
+            None,
+        )
+    compiled, conflicts = fleet_compile.compile_checked(repo, sha)
+    findings: list[Finding] = list(checks.conflicts(repo, conflicts))
+    schema_findings = list(conformance.cluster_policies(repo, crds))
+    findings += schema_findings
+    findings += conformance.drivers(repo, compiled, crds, schema_findings)
+    findings += conformance.skipped_rules(crds)
+    findings += checks.static_overlaps(repo)
+    findings += checks.managed_selector_labels(repo)
+    findings += checks.no_effect(repo, compiled)
+    findings += checks.auto_upgrade_unset(repo)
+
+    factory = client_factory or (live.kube_factory(kubeconfig) if kubeconfig else None)
+    clients = {c.name: factory(c.context) for c in compiled.clusters.values()} if factory else {}
+    nodes: Nodes = (
+        live_nodes
+        if live_nodes is not None
+        else (live.read_nodes(compiled, clients) if clients else {})
+    )
+    if nodes:
+        findings += checks.live_overlaps(repo, nodes)
+    findings += _matrix(repo, compiled, nodes, today or datetime.date.today())
+    if clients:
+        findings += live.dry_run(repo, compiled, clients)
+
+    plan, base_sha = None, None
+    if base_rev:
+        plan, base_sha, base_findings = _against_base(root, base_rev, repo, compiled)
+        findings += base_findings
+    return PreflightResult(
+        sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes
+    )
+
+
+def _against_base(
+    root: Path, rev: str, repo: FleetRepo, head: CompiledFleet
+) -> tuple[Plan | None, str | None, list[Finding]]:
+    try:
+        base_repo, base_sha = history.load_revision(root, rev)
+    except RepoLoadError as exc:
+        return (
+            None,
+            None,
+            [
+                Finding.make(
+                    "GG040",
+                    f"the fleet repo at {rev} does not load "
+                    f"({exc.errors[0].message}): no plan, no immutability "
+                    "or blast-radius check",
+                    fix="compare with a revision that passed preflight",
+                )
+            ],
+        )
+    base, base_conflicts = fleet_compile.compile_checked(base_repo, base_sha)
+    if base_conflicts:
+        return (
+            None,
+            base_sha,
+            [
+                Finding.make(
+                    "GG040",
+                    f"the fleet repo at {rev} does not compile "
+                    "(pools disagree on a cluster-scoped field)",
+                    fix="compare with a revision that passed preflight",
+                )
+            ],
+        )
+    findings = list(history.immutable_changes(repo, base, head))
+    findings += history.blast_radius(repo, base, head)
+    return make_plan(base, head), base_sha, findings
+
+
+def _matrix(
+    repo: FleetRepo, compiled: CompiledFleet, nodes: Nodes, today: datetime.date
+) -> list[Finding]:
+    out: list[Finding] = []
+    for cluster in compiled.clusters.values():
+        custom_mig = str(
+            ((cluster.cluster_policy["spec"].get("migManager") or {}).get("config") or {}).get(
+                "name"
+            )
+            or ""
+        )
+        for name, target in sorted(cluster.pools.items()):
+            src = repo.pools[name]
+            if cluster.name in nodes:
+                matched = [
+                    n for n in nodes[cluster.name] if checks.matches(target.node_selector, n)
+                ]
+                gpus = matrix.live_facts(matched)
+            else:
+                gpus = (
+                    [matrix.facts_for(target.gpu_product, "pool.yaml")]
+                    if target.gpu_product
+                    else []
+                )
+            if not gpus:
+                doc = src.pool_doc
+                out.append(
+                    Finding.make(
+                        "GG036",
+                        f"pool '{name}': no GPU product known (no spec.gpu.product and no "
+                        "live GPU node), so driver and MIG compatibility are not checked",
+                        file=doc.file,
+                        line=doc.where(("spec",))[0],
+                        pool=name,
+                        cluster=cluster.name,
+                        fix="declare spec.gpu.product (a GFD product label) in pool.yaml",
+                    )
+                )
+            issues = matrix.check_driver(
+                DriverSettings.from_spec(dict(target.driver["spec"])), gpus, today
+            )
+            if target.mig_config:
+                issues += matrix.check_mig(target.mig_config, gpus, custom_mig)
+            for issue in issues:
+                file, line = _anchor(repo, name, issue.anchor)
+                out.append(
+                    Finding.make(
+                        issue.code,
+                        f"pool '{name}': {issue.message}",
+                        file=file,
+                        line=line,
+                        fix=issue.fix,
+                        pool=name,
+                        cluster=cluster.name,
+                        field=issue.anchor,
+                    )
+                )
+    return out
+
+
+def _anchor(repo: FleetRepo, pool: str, anchor: str) -> tuple[str, int]:
+    doc = repo.pools[pool].pool_doc
+    if anchor == "migConfig":
+        return doc.file, doc.where(("spec", "migConfig"))[0]
+    if anchor == "product":
+        return doc.file, doc.where(("spec", "gpu", "product"))[0]
+    return fleet_compile.locate(repo, pool, ("spec", "driver", anchor))

@@ -1,0 +1,252 @@
+"""plan/apply against the real apiserver and real git repos, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from gitops_gpu import names
+from gitops_gpu.cli import main
+from gitops_gpu.testbed import nodes
+from gitops_gpu.testbed.session import Testbed
+
+pytestmark = pytest.mark.integration
+DRV = names.NVIDIA_DRIVER_API
+CP = names.CLUSTER_POLICY_API
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _add_nodes(tb: Testbed, work: Path, per_pool: int = 2) -> list[str]:
+    names_ = nodes.create_pool_nodes(tb.client, nodes.read_pool_shapes(work), per_pool)
+    nodes.wait_ready(tb.client, names_)
+    return names_
+
+
+def _plan_json(
+    capsys: pytest.CaptureFixture[str], url: str, kubeconfig: str, *extra: str
+) -> tuple[int, dict[str, Any]]:
+    rc, out, _ = run(
+        capsys, "plan", "--repo", url, "--kubeconfig", kubeconfig, "--format", "json", *extra
+    )
+    return rc, json.loads(out)
+
+
+def test_apply_then_in_sync_without_churn(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    node_names = _add_nodes(tb, fleet_remote.work)
+    rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
+    assert rc == 3
+    actions = {o["action"] for p in plan["plans"] for pool in p["pools"] for o in pool["objects"]}
+    assert actions == {"created"}
+    rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+    assert rc == 0, err
+    rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
+    assert rc == 0, plan
+    assert plan["plans"][0]["inSync"] is True
+    drivers = tb.client.list(*DRV)["items"]
+    before = {d["metadata"]["name"]: d["metadata"]["resourceVersion"] for d in drivers}
+    head = fleet_remote.commit("empty commit")
+    for d in drivers:
+        assert d["metadata"]["annotations"][names.COMMIT_ANNOTATION] != head
+    # Re-applying the same content writes nothing (no resourceVersion churn) ...
+    rc, _, _ = run(
+        capsys,
+        "apply",
+        "--repo",
+        fleet_remote.url,
+        "--rev",
+        drivers[0]["metadata"]["annotations"][names.COMMIT_ANNOTATION],
+        "--kubeconfig",
+        tb.kubeconfig,
+    )
+    after = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    assert rc == 0 and after == before
+    # ... and every node we labelled names the commit its labels came from.
+    for name in node_names:
+        node = tb.client.get("v1", "Node", name)
+        assert node is not None
+        assert node["metadata"]["annotations"][names.COMMIT_ANNOTATION]
+        assert node["metadata"]["labels"][names.POOL_LABEL]
+
+
+def test_foreign_field_manager_drift_is_shown_and_needs_force(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    live = tb.client.get(*CP, names.CLUSTER_POLICY_NAME)
+    assert live is not None
+    original = live["spec"]["dcgmExporter"]["enabled"]
+    tb.client.patch(
+        *CP,
+        names.CLUSTER_POLICY_NAME,
+        {"spec": {"dcgmExporter": {"enabled": not original}}},
+        field_manager="kubectl-edit",
+    )
+    rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
+    assert rc == 3
+    cp = plan["plans"][0]["clusterObjects"][0]
+    assert cp["action"] == "configured"
+    assert cp["changes"] == [
+        {"path": "spec.dcgmExporter.enabled", "live": not original, "desired": original}
+    ]
+    assert all(p["inSync"] for p in plan["plans"][0]["pools"])
+    rc, out, _ = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+    assert rc == 1 and "CONFLICT ClusterPolicy/cluster-policy" in out and "kubectl-edit" in out
+    rc, out, _ = run(
+        capsys,
+        "apply",
+        "--repo",
+        fleet_remote.url,
+        "--kubeconfig",
+        tb.kubeconfig,
+        "--force-conflicts",
+    )
+    assert rc == 0, out
+    restored = tb.client.get(*CP, names.CLUSTER_POLICY_NAME)
+    assert restored is not None and restored["spec"]["dcgmExporter"]["enabled"] == original
+    assert _plan_json(capsys, fleet_remote.url, tb.kubeconfig)[0] == 0
+
+
+def test_removed_pool_is_pruned_and_unlabelled_others_untouched(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    _add_nodes(tb, fleet_remote.work)
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    pools = sorted(p.name for p in nodes.read_pool_shapes(fleet_remote.work))
+    victim, keep = pools[-1], [p for p in pools if p != pools[-1]]
+    before = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+        if d["metadata"]["name"] != victim
+    }
+
+    def drop(work: Path) -> None:
+
+        shutil.rmtree(work / "nodepools" / victim)
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        for stage in fleet["spec"]["stages"]:
+            if victim in stage["pools"]:
+                stage["pools"].remove(victim)
+        fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+
+    fleet_remote.commit(f"remove pool {victim}", drop)
+    rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
+    assert rc == 3
+    pruned = [o for o in plan["plans"][0]["clusterObjects"] if o["action"] == "pruned"]
+    assert [(o["kind"], o["name"]) for o in pruned] == [("NVIDIADriver", victim)]
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    assert tb.client.get(*DRV, victim) is None
+    after = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    assert after == before and sorted(after) == keep
+    for node in tb.client.list("v1", "Node")["items"]:
+        labels = node["metadata"]["labels"]
+        if node["metadata"]["name"].startswith(victim + "-"):
+            assert names.POOL_LABEL not in labels
+            assert names.MANAGED_LABELS_ANNOTATION not in (
+                node["metadata"].get("annotations") or {}
+            )
+            assert labels["nvidia.com/gpu.product"]  # labels we did not set stay
+        else:
+            assert labels[names.POOL_LABEL] in keep
+
+
+def test_preflight_error_refuses_and_changes_nothing(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    state = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    pool = sorted(state)[0]
+
+    def break_it(work: Path) -> None:
+        yaml = YAML()
+        path = work / "nodepools" / pool / "clusterpolicy.yaml"
+        doc = yaml.load(path.read_text())
+        doc["spec"].setdefault("driver", {})["kernelModuleType"] = "bogus"
+        with path.open("w") as fh:
+            yaml.dump(doc, fh)
+
+    fleet_remote.commit("bad enum", break_it)
+    rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+    assert rc == 1
+    assert "kernelModuleType" in err and "nothing was applied" in err
+    after = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    assert after == state
+
+
+def test_labels_change_in_batches_of_max_unavailable(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    shapes = {s.name: s for s in nodes.read_pool_shapes(fleet_remote.work)}
+    pool = next(iter(sorted(shapes)))
+    created = nodes.create_pool_nodes(tb.client, [shapes[pool]], 20)
+    nodes.wait_ready(tb.client, created)
+
+    def set_budget(work: Path) -> None:
+        yaml = YAML()
+        path = work / "nodepools" / pool / "pool.yaml"
+        doc = yaml.load(path.read_text())
+        doc["spec"]["maxUnavailable"] = "25%"
+        with path.open("w") as fh:
+            yaml.dump(doc, fh)
+
+    fleet_remote.commit("25% budget", set_budget)
+    rc, out, err = run(
+        capsys,
+        "apply",
+        "--repo",
+        fleet_remote.url,
+        "--kubeconfig",
+        tb.kubeconfig,
+        "--pool",
+        pool,
+        "--no-wait",
+    )
+    assert rc == 0, err
+    labelled = [
+        n
+        for n in tb.client.list("v1", "Node")["items"]
+        if n["metadata"]["labels"].get(names.POOL_LABEL) == pool
+    ]
+    assert len(labelled) == 5  # one batch: 25% of 20
+    rc, out, _ = run(
+        capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig, "--pool", pool
+    )
+    assert rc == 0
+    assert "15 nodes relabelled in 3 batches" in out
+    labelled = [
+        n
+        for n in tb.client.list("v1", "Node")["items"]
+        if n["metadata"]["labels"].get(names.POOL_LABEL) == pool
+    ]
+    assert len(labelled) == 20

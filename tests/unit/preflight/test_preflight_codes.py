@@ -1,0 +1,409 @@
+"""One minimal bad repo per finding code; each finding names file, line and a fix."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from gitops_gpu import paths
+from gitops_gpu.errors import KubeError
+from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
+from gitops_gpu.preflight import CODES, Finding, Severity, run_preflight
+
+TODAY = datetime.date(2026, 11, 1)
+CRDS = paths.default_crds_dir()
+H100 = {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}
+
+
+def check(root: Path, **kw: Any) -> list[Finding]:
+    return run_preflight(root, commit="c", today=TODAY, **kw).findings
+
+
+def only(findings: list[Finding], code: str) -> list[Finding]:
+    got = [f for f in findings if f.code == code]
+    assert got, f"no {code} in:\n" + "\n".join(f.text() for f in findings)
+    for f in got:
+        assert f.severity is CODES[code][0]
+        assert f.file and f.fix and f.message
+    return got
+
+
+def line_of(path: Path, needle: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if needle in t)
+
+
+def test_clean_repo_has_no_findings(tmp_path: Path) -> None:
+    assert check(write_repo(tmp_path, {"a": H100})) == []
+
+
+def test_gg001_yaml(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    (root / "nodepools/a/clusterpolicy.yaml").write_text("spec:\n  x: 1\n  x: 2\n")
+    (f,) = only(check(root), "GG001")
+    assert (f.file, f.line) == ("nodepools/a/clusterpolicy.yaml", 3)
+
+
+def test_gg002_shape(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": {**H100, "maxUnavailble": 1}})
+    (f,) = only(check(root), "GG002")
+    assert f.file == "nodepools/a/pool.yaml" and f.field == "spec.maxUnavailble"
+    assert f.line == line_of(root / f.file, "maxUnavailble")
+
+
+@pytest.mark.parametrize(
+    ("stages", "needle"),
+    [
+        ([{"name": "s", "pools": ["a"]}], "pool 'b' is in no stage"),
+        ([{"name": "s", "pools": ["a", "b"]}, {"name": "t", "pools": ["b"]}], "again in stage 't'"),
+        ([{"name": "s", "pools": ["a", "b", "ghost"]}], "names pool 'ghost'"),
+        ([{"name": "s", "pools": ["a"]}, {"name": "s", "pools": ["b"]}], "defined twice"),
+    ],
+)
+def test_gg003_stages(tmp_path: Path, stages: list[dict[str, Any]], needle: str) -> None:
+    root = write_repo(
+        tmp_path, {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}}, stages=stages
+    )
+    (f,) = only(check(root), "GG003")
+    assert needle in f.message and f.line > 0
+
+
+def test_gg004_unknown_cluster(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": {**H100, "cluster": "mars"}})
+    (f,) = only(check(root), "GG004")
+    assert f.file == "nodepools/a/pool.yaml" and "'mars'" in f.message
+    assert f.line == line_of(root / f.file, "cluster: mars")
+
+
+def test_gg004_name_differs_from_folder(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    pool = root / "nodepools/a/pool.yaml"
+    pool.write_text(pool.read_text().replace("name: a", "name: b"))
+    (f,) = only(check(root), "GG004")
+    assert "folder name 'a'" in f.message and f.line == line_of(pool, "name: b")
+
+
+def test_gg004_pool_without_policy(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    fleet = root / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("  base: base/clusterpolicy.yaml\n", ""))
+    (f,) = only(check(root), "GG004")
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and "no ClusterPolicy" in f.message
+
+
+def test_gg010_schema_error_points_at_the_base(tmp_path: Path) -> None:
+    base = minimal_base()
+    base["spec"]["toolkit"]["enabled"] = "yes"
+    base["spec"]["mig"] = {"strategy": "both"}
+    root = write_repo(tmp_path, {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}}, base=base)
+    found = only(check(root), "GG010")
+    # one finding per field even though two pools inherit the base
+    assert sorted((f.field, f.line) for f in found) == [
+        ("spec.mig.strategy", line_of(root / "base/clusterpolicy.yaml", "strategy: both")),
+        ("spec.toolkit.enabled", line_of(root / "base/clusterpolicy.yaml", "enabled: 'yes'")),
+    ]
+    assert "supported values" in next(f for f in found if "mig" in f.field).message
+
+
+def test_gg010_missing_required_field(tmp_path: Path) -> None:
+    base = minimal_base()
+    del base["spec"]["gfd"]
+    root = write_repo(tmp_path, {"a": H100}, base=base)
+    (f,) = only(check(root), "GG010")
+    assert f.field == "spec.gfd" and "required" in f.message
+
+
+def test_gg010_unknown_field_in_overlay_not_reported_twice(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100}, overlays={"a": overlay({"driver": {"verison": "1"}})})
+    findings = check(root)
+    (f,) = only(findings, "GG010")
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and "unknown field 'verison'" in f.message
+    assert not [x for x in findings if x.code == "GG011"]  # same field, said once
+
+
+def _crds_copy(tmp_path: Path, edit: Any) -> Path:
+    out = tmp_path / "crds"
+    out.mkdir()
+    yaml = YAML(typ="safe", pure=True)
+    for src in CRDS.glob("*.yaml"):
+        docs = list(yaml.load_all(src.read_text()))
+        for doc in docs:
+            if isinstance(doc, dict):
+                edit(doc)
+        with (out / src.name).open("w") as fh:
+            yaml.dump_all(docs, fh)
+    return out
+
+
+def _nvd_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc["spec"]["names"]["kind"] != "NVIDIADriver":
+        return None
+    spec: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    return spec
+
+
+def test_gg011_stale_nvidiadriver_crd(tmp_path: Path) -> None:
+    def drop_gdrcopy(doc: dict[str, Any]) -> None:
+        spec = _nvd_spec(doc)
+        if spec:
+            del spec["properties"]["gdrcopy"]
+
+    crds = _crds_copy(tmp_path, drop_gdrcopy)
+    root = write_repo(
+        tmp_path / "r", {"a": H100}, overlays={"a": overlay({"gdrcopy": {"enabled": True}})}
+    )
+    (f,) = only(check(root, crds_dir=crds), "GG011")
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and f.line == line_of(
+        root / f.file, "gdrcopy"
+    )
+    assert "NVIDIADriver 'a'" in f.message
+
+
+def test_gg013_untranslated_cel_rule_is_named(tmp_path: Path) -> None:
+    def add_rule(doc: dict[str, Any]) -> None:
+        spec = _nvd_spec(doc)
+        if spec:
+            spec["x-kubernetes-validations"].append({"rule": "self.version.startsWith('5')"})
+
+    crds = _crds_copy(tmp_path, add_rule)
+    root = write_repo(tmp_path / "r", {"a": H100})
+    (f,) = only(check(root, crds_dir=crds), "GG013")
+    assert "startsWith" in f.message and f.severity is Severity.INFO
+
+
+class FakeClient:
+    def __init__(self, nodes: list[dict[str, Any]], refuse: str = "") -> None:
+        self.nodes, self.refuse, self.applied = nodes, refuse, []
+
+    def list(self, api_version: str, kind: str, **_: Any) -> dict[str, Any]:
+        assert (api_version, kind) == ("v1", "Node")
+        return {"items": self.nodes}
+
+    def apply(self, obj: Any, *, field_manager: str, dry_run: bool = False, **_: Any) -> Any:
+        assert dry_run and field_manager == "gitops-gpu"
+        self.applied.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == self.refuse:
+            raise KubeError("PATCH x: invalid: spec.version: bad", fix="fix it")
+        return obj
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_gg012_dry_run_refused(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    client = FakeClient([node("n1", **{"node.kubernetes.io/pool": "a"})], refuse="a")
+    (f,) = only(check(root, client_factory=lambda ctx: client), "GG012")
+    assert "NVIDIADriver/a" in f.message and f.file == "nodepools/a/pool.yaml"
+    assert client.applied == ["cluster-policy", "a"]
+
+
+def test_gg020_cluster_scoped_disagreement(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path,
+        {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}},
+        overlays={"b": overlay({"devicePlugin": {"config": {"default": "ts"}}})},
+    )
+    (f,) = only(check(root), "GG020")
+    assert f.file == "nodepools/b/clusterpolicy.yaml" and f.pool == "b"
+    assert "spec.devicePlugin.config" in f.message and "devicePluginConfig" in f.fix
+
+
+@pytest.mark.parametrize(
+    "selector_b", [{"node.kubernetes.io/pool": "a"}, {"node.kubernetes.io/pool": "a", "z": "1"}]
+)
+def test_gg021_overlapping_selectors(tmp_path: Path, selector_b: dict[str, str]) -> None:
+    root = write_repo(tmp_path, {"a": H100, "b": {**H100, "nodeSelector": selector_b}})
+    (f,) = only(check(root), "GG021")
+    assert f.pool == "a" and f.line == line_of(root / "nodepools/a/pool.yaml", "nodeSelector")
+
+
+def test_disjoint_selectors_do_not_overlap(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path, {"a": H100, "b": {**H100, "nodeSelector": {"node.kubernetes.io/pool": "b"}}}
+    )
+    assert not [f for f in check(root) if f.code == "GG021"]
+
+
+def test_gg022_live_node_in_two_pools(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path,
+        {"a": {**H100, "nodeSelector": {"x": "1"}}, "b": {**H100, "nodeSelector": {"y": "1"}}},
+    )
+    nodes = {"default": [node("both", x="1", y="1"), node("only-a", x="1")]}
+    (f,) = only(check(root, live_nodes=nodes), "GG022")
+    assert "'both'" in f.message and "a, b" in f.message
+
+
+def test_gg023_pool_without_nodes(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    (f,) = only(check(root, live_nodes={"default": [node("n", other="x")]}), "GG023")
+    assert f.pool == "a"
+
+
+def test_gg026_selector_on_managed_label(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path, {"a": {**H100, "nodeSelector": {"nvidia.com/mig.config": "all-disabled"}}}
+    )
+    (f,) = only(check(root), "GG026")
+    assert f.line == line_of(root / "nodepools/a/pool.yaml", "nvidia.com/mig.config")
+
+
+@pytest.mark.parametrize(
+    ("pool", "policy", "needle"),
+    [
+        ({"devicePluginConfig": "ts"}, None, "devicePlugin.config.name"),
+        ({"migConfig": "all-balanced", "disabledComponents": ["mig-manager"]}, None, "MIG manager"),
+        ({"workload": "vm-passthrough"}, None, "sandboxWorkloads"),
+        ({"maxUnavailable": 1}, {"driver": {"upgradePolicy": {"maxUnavailable": 3}}}, "replaced"),
+    ],
+)
+def test_gg027_no_effect(
+    tmp_path: Path, pool: dict[str, Any], policy: dict[str, Any] | None, needle: str
+) -> None:
+    root = write_repo(
+        tmp_path, {"a": {**H100, **pool}}, overlays={"a": overlay(policy)} if policy else None
+    )
+    (f,) = only(check(root), "GG027")
+    assert needle in f.message
+
+
+def test_gg028_auto_upgrade_unset(tmp_path: Path) -> None:
+    base = minimal_base()
+    del base["spec"]["driver"]["upgradePolicy"]
+    root = write_repo(tmp_path, {"a": H100}, base=base)
+    (f,) = only(check(root), "GG028")
+    assert f.file == "base/clusterpolicy.yaml"
+
+
+def _driver(tmp_path: Path, product: str, **driver: Any) -> list[Finding]:
+    root = write_repo(
+        tmp_path, {"a": {"gpu": {"product": product}}}, overlays={"a": overlay({"driver": driver})}
+    )
+    return check(root)
+
+
+def test_gg030_branch_too_new_for_volta(tmp_path: Path) -> None:
+    (f,) = only(_driver(tmp_path, "Tesla-V100-SXM2-16GB", version="595.91.07"), "GG030")
+    assert "R580 is the last branch" in f.message
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and f.field == "version"
+
+
+def test_gg030_b200_needs_570_133_20(tmp_path: Path) -> None:
+    (f,) = only(_driver(tmp_path, "NVIDIA-B200", version="570.124.06"), "GG030")
+    assert "570.133.20" in f.message
+
+
+def test_gg031_blackwell_needs_open_modules(tmp_path: Path) -> None:
+    (f,) = only(_driver(tmp_path, "NVIDIA-B200", kernelModuleType="proprietary"), "GG031")
+    assert f.line == line_of(tmp_path / "nodepools/a/clusterpolicy.yaml", "kernelModuleType")
+
+
+def test_gg031_grace_hopper_needs_open_modules(tmp_path: Path) -> None:
+    only(_driver(tmp_path, "NVIDIA-GH200-480GB", kernelModuleType="proprietary"), "GG031")
+
+
+def test_gg032_volta_cannot_run_open_modules(tmp_path: Path) -> None:
+    only(_driver(tmp_path, "Tesla-V100-SXM2-32GB", kernelModuleType="open"), "GG032")
+
+
+def test_gg033_auto_needs_a_newer_driver(tmp_path: Path) -> None:
+    (f,) = only(_driver(tmp_path, "Tesla-T4", version="570.86.10"), "GG033")
+    assert "570.86.15" in f.message
+
+
+def test_gg034_mig_profile_for_another_gpu(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path, {"a": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "migConfig": "all-1g.5gb"}}
+    )
+    (f,) = only(check(root), "GG034")
+    assert "A100-40GB" in f.message and "all-1g.10gb" in f.fix
+    assert f.line == line_of(root / "nodepools/a/pool.yaml", "migConfig")
+
+
+def test_gg034_mig_on_a_gpu_without_mig(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path, {"a": {"gpu": {"product": "NVIDIA-L40S"}, "migConfig": "all-balanced"}}
+    )
+    (f,) = only(check(root), "GG034")
+    assert "not MIG-capable" in f.message
+
+
+def test_gg034_becomes_a_note_with_a_custom_mig_config(tmp_path: Path) -> None:
+    base = minimal_base()
+    base["spec"]["migManager"] = {"enabled": True, "config": {"name": "my-mig"}}
+    root = write_repo(
+        tmp_path,
+        {"a": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "migConfig": "all-1g.5gb"}},
+        base=base,
+    )
+    findings = check(root)
+    assert not [f for f in findings if f.code == "GG034"]
+    assert "my-mig" in only(findings, "GG036")[0].message
+
+
+def test_gg035_end_of_life_branch(tmp_path: Path) -> None:
+    (f,) = only(
+        _driver(tmp_path, "NVIDIA-H100-80GB-HBM3", version="550.54.15", kernelModuleType="open"),
+        "GG035",
+    )
+    assert "R550" in f.message
+
+
+def test_gg035_lts_branch_after_its_end_date(tmp_path: Path) -> None:
+    findings = _driver(
+        tmp_path, "NVIDIA-L40S", version="535.247.01", kernelModuleType="proprietary"
+    )
+    assert "since 2026-06-30" in only(findings, "GG035")[0].message
+
+
+@pytest.mark.parametrize(
+    ("product", "version", "needle"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", "sha256:e243d778bd83", "not a version number"),
+        ("NVIDIA-Z9000", "580.126.20", "not in the version matrix"),
+        ("NVIDIA-H100-80GB-HBM3", "999.1.1", "R999 is not in the version matrix"),
+    ],
+)
+def test_gg036_matrix_cannot_judge(tmp_path: Path, product: str, version: str, needle: str) -> None:
+    found = only(_driver(tmp_path, product, version=version), "GG036")
+    assert any(needle in f.message for f in found)
+
+
+def test_gg036_no_product_known(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": {}})
+    assert "no GPU product known" in only(check(root), "GG036")[0].message
+
+
+def test_live_gpu_product_overrides_declared(tmp_path: Path) -> None:
+    root = write_repo(
+        tmp_path, {"a": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "migConfig": "all-1g.10gb"}}
+    )
+    gpu = node(
+        "n1",
+        **{
+            "node.kubernetes.io/pool": "a",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        },
+    )
+    findings = check(root, live_nodes={"default": [gpu]})
+    # all-1g.10gb is valid on A100-40GB too (4 instances): no finding for the live product
+    assert not [f for f in findings if f.code == "GG034"]
+    gpu["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A30"
+    (f,) = only(check(root, live_nodes={"default": [gpu]}), "GG034")
+    assert "node n1" in f.message
+
+
+def test_every_code_is_tested() -> None:
+    text = (
+        Path(__file__).read_text()
+        + (Path(__file__).parent / "test_preflight_history.py").read_text()
+    )
+    for code in CODES:
+        assert f'"{code}"' in text.replace(f"test_{code.lower()}", ""), code

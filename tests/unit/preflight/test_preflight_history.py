@@ -1,0 +1,160 @@
+"""``--base REV``: immutable fields, blast radius and the plan, from real git history."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from gitops_gpu.errors import SourceError
+from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
+from gitops_gpu.preflight import run_preflight
+from gitops_gpu.preflight.history import export_revision
+from gitops_gpu.preflight.plan import plan_json, plan_text
+
+H100 = {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}
+STAGES = [{"name": "canary", "pools": ["a"]}, {"name": "prod", "pools": ["b"]}]
+
+
+def _commit(repo: git.Repo, message: str) -> str:
+    repo.git.add(A=True)
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    with repo.git.custom_environment(**env):
+        repo.git.commit(m=message, no_gpg_sign=True)
+    return str(repo.head.commit.hexsha)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> tuple[git.Repo, Path, str]:
+    """A git repo whose fleet lives in a subdirectory (as in a monorepo)."""
+    repo = git.Repo.init(tmp_path)
+    root = write_repo(
+        tmp_path / "gpu-fleet",
+        {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}},
+        stages=STAGES,
+    )
+    return repo, root, _commit(repo, "v1")
+
+
+def _rewrite(root: Path, **kw: Any) -> None:
+    write_repo(root, {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}}, stages=STAGES, **kw)
+
+
+def _check(root: Path, base: str) -> Any:
+    return run_preflight(root, base_rev=base, today=datetime.date(2026, 11, 1))
+
+
+def test_no_change_no_plan(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, v1 = fleet
+    result = _check(root, v1)
+    assert result.findings == [] and result.plan is not None and result.plan.empty
+    assert result.base_commit == v1 and result.compiled is not None
+    assert result.compiled.commit == v1  # HEAD of the enclosing repo
+
+
+def test_gg024_immutable_driver_type(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, v1 = fleet
+    write_repo(
+        root,
+        {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}, "driverType": "vgpu"}},
+        stages=STAGES,
+    )
+    (f,) = [f for f in _check(root, v1).findings if f.code == "GG024"]
+    assert f.file == "nodepools/b/pool.yaml" and f.pool == "b" and "'gpu' -> 'vgpu'" in f.message
+    assert "new pool" in f.fix
+
+
+def test_gg024_immutable_use_precompiled(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, v1 = fleet
+    _rewrite(root, overlays={"a": overlay({"driver": {"usePrecompiled": True, "version": "580"}})})
+    (f,) = [f for f in _check(root, v1).findings if f.code == "GG024"]
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and f.field == "usePrecompiled"
+
+
+def test_gg025_blast_radius_and_plan(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, v1 = fleet
+    base = minimal_base()
+    base["spec"]["toolkit"]["version"] = "v1.20.0"
+    base["spec"]["driver"]["version"] = "580.159.01"
+    _rewrite(root, base=base, overlays={"b": overlay({"driver": {"version": "580.126.20"}})})
+    result = _check(root, v1)
+    (f,) = [f for f in result.findings if f.code == "GG025"]
+    assert f.severity == "warning" and f.file == "base/clusterpolicy.yaml"
+    assert "spec.toolkit.version" in f.message and "stage 'canary'" in f.message
+    plan = result.plan
+    assert plan is not None
+    canary, prod = plan.stages
+    ((cluster, cp),) = canary.cluster_changes
+    assert cluster == "default" and cp.kind == "ClusterPolicy" and cp.action == "update"
+    assert [(c.path, c.old, c.new) for c in cp.fields] == [
+        ("spec.toolkit.version", None, "v1.20.0")
+    ]
+    (pool_a,) = canary.pools
+    (drv,) = pool_a.changes
+    assert [(c.path, c.old, c.new) for c in drv.fields] == [
+        ("spec.version", "580.126.20", "580.159.01")
+    ]
+    assert prod.pools == () and prod.cluster_changes == ()  # b pins its driver
+    text = plan_text(plan)
+    assert "stage canary:" in text and "~ spec.version: '580.126.20' -> '580.159.01'" in text
+    assert plan_json(plan)["stages"][0]["pools"][0]["pool"] == "a"
+
+
+def test_plan_shows_new_and_removed_pools_and_labels(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, v1 = fleet
+    for p in (root / "nodepools" / "b").iterdir():
+        p.unlink()
+    (root / "nodepools" / "b").rmdir()
+    write_repo(
+        root,
+        {"a": {**H100, "migConfig": "all-1g.10gb"}, "c": {**H100, "nodeSelector": {"p": "c"}}},
+        stages=[{"name": "canary", "pools": ["a"]}, {"name": "prod", "pools": ["c"]}],
+    )
+    plan = _check(root, v1).plan
+    assert plan is not None
+    (labels,) = plan.stages[0].pools[0].changes
+    assert labels.kind == "NodeLabels" and labels.fields[0].new == "all-1g.10gb"
+    created = plan.stages[1].pools[0]
+    assert created.pool == "c" and {c.action for c in created.changes} == {"create"}
+    (removed,) = plan.removed
+    assert removed.pool == "b" and {c.action for c in removed.changes} == {"delete"}
+
+
+def test_gg040_base_revision_that_does_not_load(tmp_path: Path) -> None:
+    repo = git.Repo.init(tmp_path)
+    (tmp_path / "README").write_text("no fleet yet\n")
+    v0 = _commit(repo, "v0")
+    write_repo(tmp_path, {"a": H100})
+    _commit(repo, "v1")
+    result = _check(tmp_path, v0)
+    (f,) = [f for f in result.findings if f.code == "GG040"]
+    assert f.severity == "info" and result.plan is None
+
+
+def test_unknown_revision_is_a_usage_error(fleet: tuple[git.Repo, Path, str]) -> None:
+    _, root, _ = fleet
+    with pytest.raises(SourceError, match="unknown revision"):
+        _check(root, "no-such-branch")
+
+
+def test_export_keeps_symlinks_as_symlinks(
+    fleet: tuple[git.Repo, Path, str], tmp_path: Path
+) -> None:
+    repo, root, _ = fleet
+    os.symlink("/etc/hostname", root / "nodepools" / "a" / "clusterpolicy.yaml")
+    sha = _commit(repo, "symlink")
+    out, got = export_revision(root, sha, tmp_path / "export")
+    assert got == sha
+    assert (out / "nodepools" / "a" / "clusterpolicy.yaml").is_symlink()
+    # and the loader refuses it there as it would in the work tree
+    findings = _check(root, sha).findings
+    assert any(f.code == "GG001" and "outside the repository" in f.message for f in findings)

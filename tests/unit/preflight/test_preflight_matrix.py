@@ -1,0 +1,122 @@
+"""The version-matrix data: every row sourced, consistent, and in step with upstream mig-parted."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+
+from gitops_gpu import paths
+from gitops_gpu.fleet.models import DriverSettings
+from gitops_gpu.fleet.yamlio import parse_single
+from gitops_gpu.preflight import matrix
+
+MIG_DEFAULT = paths.shared_upstream() / "mig-parted" / "config-default.yaml"
+
+
+def test_every_row_has_a_source() -> None:
+    m = matrix.load_matrix()
+    rows = [*m.architectures, *m.products.values(), *m.branches.values()]
+    assert rows and all(str(r.get("source", "")).strip() for r in rows)
+    assert m.auto_source
+    assert all(r.get("basis") and r.get("line") for r in m.mig_profiles.values())
+
+
+def test_products_reference_known_architectures_and_mig_models() -> None:
+    m = matrix.load_matrix()
+    archs = {a["name"] for a in m.architectures}
+    models = {model for r in m.mig_profiles.values() for model in r["models"]} - {"*"}
+    for row in m.products.values():
+        assert row["architecture"] in archs, row["product"]
+        assert row.get("mig_model") is None or row["mig_model"] in models, row["product"]
+
+
+def test_mig_catalogue_matches_upstream_config_default() -> None:
+    upstream = parse_single("config-default.yaml", MIG_DEFAULT.read_text())
+    profiles = upstream.data["mig-configs"]
+    ours = matrix.load_matrix().mig_profiles
+    assert sorted(ours) == sorted(profiles)
+    for name, row in ours.items():
+        assert row["line"] == upstream.positions[("mig-configs", name)][0], name
+    # profiles with device filters: our models are exactly the filtered devices' models
+    data = parse_single(
+        "m", (Path(matrix.__file__).parents[1] / "data" / "mig_profiles.yaml").read_text()
+    ).data
+    by_id = {i.lower(): model for model, v in data["models"].items() for i in v["pci_device_ids"]}
+    for name, entries in profiles.items():
+        filters = [e["device-filter"] for e in entries if "device-filter" in e]
+        if filters:
+            ids = [i for f in filters for i in ([f] if isinstance(f, str) else f)]
+            assert sorted(ours[name]["models"]) == sorted({by_id[i.lower()] for i in ids}), name
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("580.126.20", (580, 126, 20)),
+        ("580", (580,)),
+        ("v570.86", (570, 86)),
+        ("sha256:abc", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_parse_version(text: str | None, parsed: tuple[int, ...] | None) -> None:
+    assert matrix.parse_version(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("compute", "arch"),
+    [
+        ((3, 7), "kepler"),
+        ((5, 2), "maxwell"),
+        ((6, 1), "pascal"),
+        ((7, 0), "volta"),
+        ((7, 5), "turing"),
+        ((8, 6), "ampere"),
+        ((8, 9), "ada-lovelace"),
+        ((9, 0), "hopper"),
+        ((10, 0), "blackwell"),
+        ((12, 0), "blackwell"),
+        ((2, 0), None),
+    ],
+)
+def test_architecture_from_compute_capability(compute: tuple[int, int], arch: str | None) -> None:
+    assert matrix.arch_of_compute(*compute) == arch
+
+
+def test_gfd_product_suffixes_are_normalised() -> None:
+    assert matrix.normalise_product("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb") == "NVIDIA-H100-80GB-HBM3"
+    assert matrix.normalise_product("NVIDIA-L40S-SHARED") == "NVIDIA-L40S"
+
+
+def test_unknown_product_falls_back_to_gfd_compute_labels() -> None:
+    facts = matrix.facts_for(
+        "NVIDIA-Future-GPU",
+        "node n",
+        {"nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"},
+    )
+    assert facts.architecture == "blackwell" and facts.open_required
+    issues = matrix.check_driver(
+        DriverSettings(version="580.126.20", kernel_module_type="proprietary"),
+        [facts],
+        datetime.date(2026, 1, 1),
+    )
+    assert [i.code for i in issues] == ["GG031"]
+
+
+def test_eol_depends_on_the_date() -> None:
+    gpu = matrix.facts_for("NVIDIA-L40S", "pool.yaml")
+    drv = DriverSettings(version="535.247.01", kernel_module_type="proprietary")
+    assert matrix.check_driver(drv, [gpu], datetime.date(2026, 6, 29)) == []
+    (issue,) = matrix.check_driver(drv, [gpu], datetime.date(2026, 6, 30))
+    assert issue.code == "GG035"
+
+
+def test_branch_only_version_skips_patch_level_rules() -> None:
+    # precompiled drivers pin a branch ("580"): the B200 patch-level minimum cannot be judged
+    gpu = matrix.facts_for("NVIDIA-B200", "pool.yaml")
+    assert (
+        matrix.check_driver(DriverSettings(version="580"), [gpu], datetime.date(2026, 1, 1)) == []
+    )
