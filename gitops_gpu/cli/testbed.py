@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from gitops_gpu import kube
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import build, session
+from gitops_gpu.testbed import build, controlplane, session, simulator
+from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu.testbed.reports import SnapshotReports
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +23,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--fleet", type=Path, help="fleet repo whose pools get fake GPU nodes")
     u.add_argument("--nodes-per-pool", type=int, default=2)
     u.add_argument("--crds", type=Path, help="GPU Operator CRDs (default ../shared/upstream/...)")
+    u.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also run the GPU Operator/NVML simulator (stopped by `down`)",
+    )
+    u.add_argument("--tick", type=float, default=0.5, help="simulator time step in seconds")
     u.set_defaults(func=_up)
+    s = tsub.add_parser("simulate", help="run the GPU Operator/NVML simulator in the foreground")
+    s.add_argument("--dir", required=True, type=Path)
+    s.add_argument("--tick", type=float, default=0.5)
+    s.set_defaults(func=_simulate)
+    f = tsub.add_parser("fault", help="inject (or --clear) a fault on a fake node")
+    f.add_argument("node")
+    f.add_argument("fault", nargs="?", choices=sim.FAULTS)
+    f.add_argument("--clear", action="store_true")
+    f.add_argument("--dir", required=True, type=Path)
+    f.set_defaults(func=_fault)
     d = tsub.add_parser("down", help="stop the processes and remove DIR")
     d.add_argument("--dir", required=True, type=Path)
     d.set_defaults(func=_down)
@@ -41,6 +60,9 @@ def _up(args: argparse.Namespace) -> int:
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.simulate:
+        controlplane.spawn_simulator(tb.state, args.tick)
+        print(f"simulator running (tick {args.tick}s); log in {tb.dir / 'logs' / 'simulator.log'}")
     print(f"testbed up: {tb.state.server}")
     print(f"  export KUBECONFIG={tb.kubeconfig}")
     print(f"  {len(tb.node_names)} fake GPU nodes; logs in {tb.dir / 'logs'}")
@@ -53,4 +75,33 @@ def _down(args: argparse.Namespace) -> int:
     print(
         "testbed stopped" if stopped else f"no testbed state in {args.dir}; removed what was there"
     )
+    return 0
+
+
+def _client(directory: Path) -> kube.Client:
+    state = controlplane.State.load(directory.resolve())
+    if state is None:
+        raise GitopsGpuError(f"no testbed in {directory}", fix="gitops-gpu testbed up --dir DIR")
+    return kube.Client.from_kubeconfig(str(state.kubeconfig))
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    sim_ = simulator.Simulator(_client(args.dir), tick=args.tick, report_fn=SnapshotReports())
+    print(f"simulating the GPU Operator and NVML every {args.tick}s (Ctrl-C stops)", flush=True)
+    try:
+        sim_.run()
+    except KeyboardInterrupt:
+        sim_.stop()
+    return 0
+
+
+def _fault(args: argparse.Namespace) -> int:
+    if not args.clear and args.fault is None:
+        print("error: name a fault or pass --clear", file=sys.stderr)
+        return 2
+    value = None if args.clear else args.fault
+    _client(args.dir).patch(
+        "v1", "Node", args.node, {"metadata": {"annotations": {sim.FAULT_ANN: value}}}
+    )
+    print(f"{args.node}: fault {'cleared' if value is None else value}")
     return 0

@@ -38,10 +38,13 @@ def git_repo(path: Path) -> git.Repo:
 
 
 def head_commit(path: Path) -> str | None:
-    """HEAD of the git repo holding ``path``, or None outside git / before the first commit."""
+    """HEAD of the git repo holding ``path`` (``<sha>-dirty`` when files under ``path`` differ
+    from it), or None outside git / before the first commit."""
     try:
         with git.Repo(path, search_parent_directories=True) as repo:
-            return str(repo.head.commit.hexsha)
+            sha = str(repo.head.commit.hexsha)
+            dirty = repo.is_dirty(untracked_files=True, path=str(Path(path).resolve()))
+            return f"{sha}-dirty" if dirty else sha
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
         return None
 

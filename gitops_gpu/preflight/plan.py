@@ -164,8 +164,12 @@ def _change_lines(change: ObjectChange, indent: str) -> list[str]:
     return lines
 
 
+def _short_sha(commit: str) -> str:
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def plan_text(plan: Plan) -> str:
-    head = f"plan {plan.base_commit[:12] or '(nothing)'} -> {plan.head_commit[:12]}"
+    head = f"plan {_short_sha(plan.base_commit) or '(nothing)'} -> {_short_sha(plan.head_commit)}"
     if plan.empty:
         return head + ": no changes\n"
     lines = [head]

@@ -71,13 +71,11 @@ def run_preflight(
     try:
         repo = load_repo(root)
     except RepoLoadError as exc:
-        return PreflightResult(
-            [
-                Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix, field=e.field)
-                for e in exc.errors
-            ],
-            None,
-        )
+        found = [
+            Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix, field=e.field)
+            for e in exc.errors
+        ]
+        return PreflightResult(sort_findings(found), None)
     compiled, conflicts = fleet_compile.compile_checked(repo, sha)
     findings: list[Finding] = list(checks.conflicts(repo, conflicts))
     schema_findings = list(conformance.cluster_policies(repo, crds))

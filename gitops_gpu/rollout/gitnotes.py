@@ -50,7 +50,7 @@ class GitNotesBackend(StatusBackend):
         repo_path: str | Path,
         *,
         remote: str | None = "origin",
-        attempts: int = 8,
+        attempts: int = 24,
         base_delay: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -98,7 +98,8 @@ class GitNotesBackend(StatusBackend):
                     problem.splitlines()[-1] if problem else "",
                 )
                 self._fetch()
-                self._sleep(self._base_delay * attempt * (0.5 + random.random()))
+                # Exponential, jittered: writers that collided spread out instead of colliding again.
+                self._sleep(self._base_delay * 2 ** min(attempt, 6) * random.random())
             raise StatusBackendError(
                 f"could not push {NOTES_REF} to {self.remote} after {self._attempts} attempts: "
                 f"{problem}",

@@ -19,6 +19,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -391,3 +392,24 @@ def down(directory: Path) -> bool:
     if directory.exists():
         shutil.rmtree(directory, ignore_errors=True)
     return state is not None
+
+
+def spawn_simulator(state: State, tick: float) -> None:
+    """Run `gitops-gpu testbed simulate` as one more process of the testbed (stopped by down)."""
+    _spawn(
+        "simulator",
+        [
+            sys.executable,
+            "-m",
+            "gitops_gpu",
+            "testbed",
+            "simulate",
+            "--dir",
+            state.dir,
+            "--tick",
+            str(tick),
+        ],
+        state,
+        die_with_parent=False,
+    )
+    state.save()

@@ -92,6 +92,7 @@ def test_gg025_blast_radius_and_plan(fleet: tuple[git.Repo, Path, str]) -> None:
     assert "spec.toolkit.version" in f.message and "stage 'canary'" in f.message
     plan = result.plan
     assert plan is not None
+    assert plan.head_commit == f"{v1}-dirty"  # the work tree differs from HEAD
     canary, prod = plan.stages
     ((cluster, cp),) = canary.cluster_changes
     assert cluster == "default" and cp.kind == "ClusterPolicy" and cp.action == "update"
