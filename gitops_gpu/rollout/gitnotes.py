@@ -98,7 +98,7 @@ class GitNotesBackend(StatusBackend):
                     problem.splitlines()[-1] if problem else "",
                 )
                 self._fetch()
-                # Exponential, jittered: writers that collided spread out instead of colliding again.
+                # Exponential and jittered: writers that collided spread out.
                 self._sleep(self._base_delay * 2 ** min(attempt, 6) * random.random())
             raise StatusBackendError(
                 f"could not push {NOTES_REF} to {self.remote} after {self._attempts} attempts: "
