@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from gitops_gpu.errors import FleetError, GitopsGpuError
@@ -15,9 +16,11 @@ from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
 from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.preflight import history
-from gitops_gpu.preflight.findings import Finding, render_json, render_text
+from gitops_gpu.preflight.findings import Finding, render_json, render_text, summary
 from gitops_gpu.preflight.plan import plan_json, plan_text
-from gitops_gpu.preflight.run import run_preflight
+from gitops_gpu.preflight.run import PreflightResult, run_preflight
+from gitops_gpu.rollout.backends import make_backend
+from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, SUCCESS, CommitStatus
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -43,6 +46,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     c.add_argument("--commit", help="commit stamped on compiled objects (default: git HEAD)")
     c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument(
+        "--post-status",
+        action="store_true",
+        help="write the gitops-gpu/preflight commit status on the checked commit",
+    )
+    c.add_argument("--status-backend", default="gitnotes", help="see `controller --help`")
+    c.add_argument("--status-token-file", type=Path)
     c.set_defaults(func=check)
 
     p = sub.add_parser("compile", help="write the compiled objects as YAML, one file per object")
@@ -75,7 +85,55 @@ def check(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(result.findings))
         if result.plan is not None:
             sys.stdout.write("\n" + plan_text(result.plan))
+    if args.post_status:
+        try:
+            post_preflight_status(args, result)
+        except GitopsGpuError as exc:
+            print(f"error: could not post the preflight status: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def status_description(result: PreflightResult) -> str:
+    """One line for the pull request: the verdict, then what the plan changes."""
+    counts = summary(result.findings)
+    errors, warnings = counts.get("error", 0), counts.get("warning", 0)
+    first = next((f for f in result.findings if f.severity == "error"), None)
+    head = (
+        f"{errors} errors: {first.code} {first.message}"
+        if first
+        else f"clean ({warnings} warnings)"
+    )
+    if result.plan is not None and first is None:
+        pools = sorted({p.pool for s in result.plan.stages for p in s.pools})
+        cluster = any(s.cluster_changes for s in result.plan.stages)
+        if result.plan.empty:
+            head += "; no change to any cluster"
+        else:
+            head += f"; changes {len(pools)} pools" + (" + cluster-wide" if cluster else "")
+            if pools:
+                head += f" ({', '.join(pools)})"
+    return head
+
+
+def post_preflight_status(args: argparse.Namespace, result: PreflightResult) -> None:
+    sha = args.commit or history.head_commit(args.path)
+    if not sha or sha.endswith("-dirty"):
+        raise GitopsGpuError(
+            f"{args.path}: no clean git commit to post a status on",
+            fix="commit your changes, or pass --commit SHA",
+        )
+    backend = make_backend(args.status_backend, str(args.path), token_file=args.status_token_file)
+    state = SUCCESS if result.ok else FAILURE
+    wrote = backend.set_status(
+        CommitStatus(
+            sha, PREFLIGHT_CONTEXT, state, status_description(result), created_at=time.time()
+        )
+    )
+    print(
+        f"{PREFLIGHT_CONTEXT}: {state} on {sha[:12]}" + ("" if wrote else " (unchanged)"),
+        file=sys.stderr,
+    )
 
 
 def compile_cmd(args: argparse.Namespace) -> int:
