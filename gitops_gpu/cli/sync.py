@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube
+from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
@@ -37,6 +38,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="what would change in the cluster, per pool and field")
     _common(p)
+    p.add_argument(
+        "--no-nvml",
+        action="store_true",
+        help="skip the NVML drift section (NodeGPUReports vs desired)",
+    )
     p.set_defaults(func=_plan)
     a = sub.add_parser("apply", help="preflight, then server-side apply what drifted")
     _common(a)
@@ -81,14 +87,34 @@ def _emit(args: argparse.Namespace, plans: list[engine.ClusterPlan], extra: dict
             print(report.plan_text(plan))
 
 
+def _nvml_drift(
+    engines: list[tuple[engine.Engine, engine.ClusterPlan]], compiled: CompiledFleet
+) -> list[drift.NvmlDrift]:
+    """Nodes whose NVML state (NodeGPUReport) differs from their pool's desired state."""
+    out: list[drift.NvmlDrift] = []
+    for eng, plan in engines:
+        targets = [compiled.pool(p.pool) for p in plan.pools]
+        ev = evidence.read_evidence(eng.client, targets)
+        out += drift.fleet_drift(targets, ev)
+    return out
+
+
 def _plan(args: argparse.Namespace) -> int:
     try:
         _sha, _path, compiled = _load(args)
-        plans = [p for _e, p in _plans(args, compiled)]
+        engines = _plans(args, compiled)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
         return 2
-    _emit(args, plans, {})
+    plans = [p for _e, p in engines]
+    nvml = [] if args.no_nvml else _nvml_drift(engines, compiled)
+    _emit(args, plans, {"nvmlDrift": [d.as_dict() for d in nvml]})
+    if nvml and args.format == "text":
+        print(f"NVML drift ({len(nvml)} nodes/fields differ from desired):")
+        for d in nvml:
+            print(f"  {d}")
+    # The exit code reflects objects and labels gitops-gpu would change; NVML drift is the
+    # GPUs catching up (or failing to) and is reported, not applied.
     return 0 if all(p.in_sync for p in plans) else EXIT_PENDING
 
 

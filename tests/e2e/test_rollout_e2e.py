@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,36 @@ def test_two_replicas_one_leader(env: Env) -> None:
     bump = env.remote.commit("bump driver", set_driver("580.142.01"))
     env.wait("the other replica takes over", lambda: _all_success(env, bump), timeout=120)
     assert standby.passes > 0
+
+
+def test_plan_reports_nvml_drift_of_a_gpu_off_the_bus(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _bootstrap(env)
+
+    def drift() -> list[dict[str, str]]:
+        capsys.readouterr()
+        rc = main(
+            [
+                "plan",
+                "--repo",
+                env.remote.url,
+                "--kubeconfig",
+                env.tb.kubeconfig,
+                "--format",
+                "json",
+            ]
+        )
+        assert rc == 0  # objects and labels are in sync either way
+        found: list[dict[str, str]] = json.loads(capsys.readouterr().out)["nvmlDrift"]
+        return found
+
+    assert drift() == []
+    env.tb.client.patch(
+        "v1", "Node", "canary-000", {"metadata": {"annotations": {sim.FAULT_ANN: "xid79"}}}
+    )
+    env.wait(
+        "the report shows the lost GPU",
+        lambda: any(d["node"] == "canary-000" and d["field"] == "gpuCount" for d in drift()),
+    )
+    assert {d["node"] for d in drift()} == {"canary-000"}
