@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,22 +235,33 @@ class Engine:
             if selector_matches(pool.selector, n["metadata"].get("labels") or {})
         ]
 
+    def _patch_nodes(self, batch: list[diff.NodeLabelDiff], commit: str) -> None:
+        # Independent writes to different nodes: a few in flight at once.
+        with ThreadPoolExecutor(max_workers=min(8, len(batch))) as pool:
+            list(pool.map(lambda d: self._patch_node(d, commit), batch))
+
     def _apply_pool_labels(
         self, pool: PoolPlan, commit: str, result: ApplyResult, all_batches: bool, timeout: float
     ) -> None:
-        pending = list(pool.nodes)
+        # Bookkeeping-only changes (pool label, ownership) disrupt nothing: all nodes at once.
+        gentle = [d for d in pool.nodes if not labels.is_disruptive(d)]
+        if gentle:
+            self._patch_nodes(gentle, commit)
+            result.label_batches.append([d.node for d in gentle])
+        pending = [d for d in pool.nodes if labels.is_disruptive(d)]
         deadline = time.monotonic() + timeout
         members = self._pool_nodes(pool) if pending else []
         while pending:
             batch = labels.next_batch(pending, members, pool.max_unavailable)
             if batch:
-                for d in batch:
-                    self._patch_node(d, commit)
+                self._patch_nodes(batch, commit)
                 result.label_batches.append([d.node for d in batch])
                 done = {d.node for d in batch}
                 pending = [d for d in pending if d.node not in done]
             if not pending or not all_batches or time.monotonic() > deadline:
                 break
+            # Give the MIG manager/device plugin a moment to mark the batch busy; longer when
+            # the budget is used up and we wait for nodes to finish.
             time.sleep(0.2 if batch else 1.0)
             members = self._pool_nodes(pool)
         result.nodes_pending += len(pending)

@@ -40,6 +40,15 @@ def is_busy(node: Obj) -> bool:
     return False
 
 
+# Labels whose change makes the GPU Operator reconfigure (and briefly drain) the node.
+DISRUPTIVE = (names.MIG_CONFIG_LABEL, names.DEVICE_PLUGIN_CONFIG_LABEL, names.WORKLOAD_CONFIG_LABEL)
+
+
+def is_disruptive(diff: NodeLabelDiff) -> bool:
+    keys = set(diff.set) | set(diff.remove)
+    return any(k in DISRUPTIVE or k.startswith(names.DEPLOY_LABEL_PREFIX) for k in keys)
+
+
 def next_batch(
     diffs: Sequence[NodeLabelDiff], pool_nodes: Sequence[Obj], max_unavailable: int | str
 ) -> list[NodeLabelDiff]:

@@ -1,0 +1,118 @@
+"""Shared set-up for the benchmarks: a testbed, a 50-pool fleet repo as a real git remote, and
+2,000 KWOK GPU nodes. Not a test; imported by bench/plan.py and bench/controller.py."""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitops_gpu import kube
+from gitops_gpu.fleet.scaffold import minimal_base, write_repo
+from gitops_gpu.testbed import nodes, session
+
+PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB")
+
+
+@dataclass
+class Bench:
+    root: Path
+    tb: session.Testbed
+    work: Path
+    bare: Path
+
+    def commit(self, message: str) -> str:
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-qm", message)
+        git(self.work, "push", "-q", "origin", "main")
+        return git(self.work, "rev-parse", "HEAD")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def write_fleet(work: Path, pools: int, driver: str = "580.126.20") -> None:
+    specs = {
+        f"pool-{i:02d}": {"gpu": {"product": PRODUCTS[i % len(PRODUCTS)]}, "maxUnavailable": "25%"}
+        for i in range(pools)
+    }
+    names_ = sorted(specs)
+    gate = {"soak": "0s", "timeout": "30m"}
+    stages = [
+        {"name": "canary", "pools": names_[:1], "gate": gate},
+        {"name": "fleet", "pools": names_[1:], "gate": gate},
+    ]
+    write_repo(work, specs, base=minimal_base(driver), stages=stages, name="bench")
+
+
+def create_nodes(client: kube.Client, work: Path, per_pool: int) -> list[str]:
+    shapes = nodes.read_pool_shapes(work)
+    todo = [(s, i) for s in shapes for i in range(per_pool)]
+
+    def make(item: tuple[nodes.PoolShape, int]) -> str:
+        shape, i = item
+        name = f"{shape.name}-{i:03d}"
+        client.create(nodes.node_manifest(name, shape.node_selector, shape.product))
+        return name
+
+    with ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(make, todo))
+    nodes.wait_ready(client, created, timeout=300)
+    return created
+
+
+@contextmanager
+def bench_env(pools: int = 50, per_pool: int = 40) -> Iterator[Bench]:
+    root = Path(tempfile.mkdtemp(prefix="gitops-gpu-bench-"))
+    t0 = time.monotonic()
+    tb = session.start(root / "testbed", progress=lambda _m: None)
+    try:
+        work, bare = root / "fleet", root / "fleet.git"
+        git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+        write_fleet(work, pools)
+        git(work, "init", "-q", "-b", "main")
+        git(work, "config", "user.email", "bench@example.com")
+        git(work, "config", "user.name", "bench")
+        git(work, "remote", "add", "origin", str(bare))
+        bench = Bench(root, tb, work, bare)
+        bench.commit("bench fleet")
+        created = create_nodes(tb.client, work, per_pool)
+        print(
+            f"set-up: testbed + {len(created)} Ready KWOK nodes in {pools} pools "
+            f"in {time.monotonic() - t0:.1f}s"
+        )
+        yield bench
+    finally:
+        tb.client.close()
+        session.stop(root / "testbed")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def requests_since(client: kube.Client, before: collections.Counter[str]) -> dict[str, int]:
+    """Requests since ``before``, by verb and resource (names dropped)."""
+    grouped: collections.Counter[str] = collections.Counter()
+    for key, n in (client.requests - before).items():
+        verb, path = key.split(" ", 1)
+        parts = path.strip("/").split("/")
+        rest = parts[2:] if parts[0] == "api" else parts[3:]
+        if rest and rest[0] == "namespaces" and len(rest) > 2:
+            rest = rest[2:]
+        resource = rest[0] if rest else path
+        if len(rest) > 2:
+            resource += "/" + rest[2]
+        grouped[f"{verb} {resource}"] += n
+    return dict(sorted(grouped.items()))
+
+
+def node_lists(reqs: dict[str, int]) -> int:
+    return reqs.get("GET nodes", 0)
