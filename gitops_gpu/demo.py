@@ -9,12 +9,14 @@ bump whose canary upgrade fails halts at canary and never reaches the later stag
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ruamel.yaml import YAML
 
@@ -52,7 +54,7 @@ class DemoRepo:
         _git(self.work, "push", "-q", "origin", "main")
         return _git(self.work, "rev-parse", "HEAD")
 
-    def edit_yaml(self, rel: str, change: Callable[[dict], None]) -> None:  # type: ignore[type-arg]
+    def edit_yaml(self, rel: str, change: Callable[[dict[str, Any]], None]) -> None:
         yaml = YAML()
         path = self.work / rel
         doc = yaml.load(path.read_text())
@@ -61,13 +63,13 @@ class DemoRepo:
             yaml.dump(doc, fh)
 
 
-def _shorten_gates(doc: dict) -> None:  # type: ignore[type-arg]
+def _shorten_gates(doc: dict[str, Any]) -> None:
     for stage in doc["spec"]["stages"]:
         stage.setdefault("gate", {}).update(DEMO_GATES)
 
 
-def _bump_driver(version: str) -> Callable[[dict], None]:  # type: ignore[type-arg]
-    def change(doc: dict) -> None:  # type: ignore[type-arg]
+def _bump_driver(version: str) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
         doc["spec"]["driver"]["version"] = version
 
     return change
@@ -145,6 +147,8 @@ def _wait(
 
 def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 2, say: Say = print) -> int:
     workdir = workdir.resolve()
+    # Connection retries while the control plane stops are expected; keep the story readable.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     say(f"== starting a local control plane in {workdir} (kube-apiserver, etcd, kcm, kwok)")
     tb = session.start(
         workdir / "testbed",
