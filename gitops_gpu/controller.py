@@ -9,6 +9,7 @@ and operator pods, the engine's in-sync memo) only save work; dropping them chan
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,10 +32,12 @@ from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.status import StatusBackend, read_record
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
-from gitops_gpu.sync.source import GitSource
+from gitops_gpu.sync.source import GitSource, credentials_env
 
 log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
+OPERATOR_CRDS = ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com")
+CRD_REFRESH_SECONDS = 600.0
 
 
 @dataclass
@@ -84,15 +87,20 @@ class Controller:
         self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch)
         # Default record: git notes in the controller's mirror, pushed to the fleet remote.
         self.backend = backend or make_backend(
-            cfg.status_backend, str(self.source.repo.git_dir), token_file=cfg.status_token_file
+            cfg.status_backend,
+            str(self.source.repo.git_dir),
+            token_file=cfg.status_token_file,
+            git_env=credentials_env(cfg.repo)[0],
         )
         self.nodes = Informer(client, "v1", "Node")
         self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
         self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
         self.engine = engine.Engine(client, LiveReader(client, self.nodes))
         self.observer = Observer(self.nodes, self.reports, self.pods)
-        self.recorder = events.EventRecorder(client, cfg.namespace)
+        # Events about cluster-scoped objects must live in "default" (the apiserver insists).
+        self.recorder = events.EventRecorder(client, "default")
         self._checked: dict[str, _Checked] = {}
+        self._crds_fetched: float | None = None
         self._wake = threading.Event()
         self.last_report = PassReport()
 
@@ -116,7 +124,7 @@ class Controller:
         if sha not in self._checked:
             path = self.source.checkout(sha)
             try:
-                result = run_preflight(path, commit=sha, crds_dir=self.cfg.crds_dir)
+                result = run_preflight(path, commit=sha, crds_dir=self.crds_dir())
             except GitopsGpuError as exc:
                 self._checked[sha] = _Checked(False, str(exc).splitlines()[0][:120], None)
                 return self._checked[sha]
@@ -129,6 +137,36 @@ class Controller:
             ok = not errors and result.compiled is not None
             self._checked[sha] = _Checked(ok, summary[:120], result.compiled if ok else None)
         return self._checked[sha]
+
+    def crds_dir(self) -> Path:
+        """The CRD schemas preflight checks against: ``--crds`` if given, else the cluster's own
+        ClusterPolicy and NVIDIADriver CRDs (an operator upgrade that changed them is seen)."""
+        if self.cfg.crds_dir is not None:
+            return self.cfg.crds_dir
+        now = time.monotonic()
+        if self._crds_fetched is None or now - self._crds_fetched > CRD_REFRESH_SECONDS:
+            self._fetch_crds()
+            self._crds_fetched = now
+        return self.cfg.cache_dir / "crds"
+
+    def _fetch_crds(self) -> None:
+        out = self.cfg.cache_dir / "crds"
+        out.mkdir(parents=True, exist_ok=True)
+        changed = False
+        for name in OPERATOR_CRDS:
+            crd = self.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            if crd is None:
+                raise GitopsGpuError(
+                    f"the cluster has no CRD {name}",
+                    fix="install the GPU Operator (its CRDs) or pass --crds DIR",
+                )
+            text = json.dumps({k: crd[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+            path = out / f"{name}.yaml"  # JSON is YAML
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                changed = True
+        if changed:
+            self._checked.clear()  # verdicts were against other schemas
 
     def compiled_for(self, sha: str) -> CompiledFleet | None:
         try:
@@ -248,7 +286,7 @@ class Controller:
                 )
             for obj, managers in result.conflicts:
                 self.recorder.record(
-                    "v1",
+                    api.get(obj.kind, "v1"),
                     obj.kind,
                     obj.name,
                     "Conflict",

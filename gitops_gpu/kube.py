@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -93,6 +94,11 @@ def resource(api_version: str, kind: str) -> Resource:
         ) from None
 
 
+def _in_cluster() -> bool:
+    default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.path.exists(default)
+
+
 class ConflictError(KubeError):
     """Server-side apply refused: another field manager owns fields we set."""
 
@@ -117,10 +123,14 @@ class Client:
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> Client:
         cfg = kubernetes.client.Configuration()
         try:
-            kubernetes.config.load_kube_config(
-                config_file=path, context=context, client_configuration=cfg
-            )
-        except Exception as exc:  # the loader raises several unrelated types
+            if path is None and context is None and _in_cluster():
+                # A pod: the service account's token and CA, as client-go does.
+                kubernetes.config.load_incluster_config(client_configuration=cfg)
+            else:
+                kubernetes.config.load_kube_config(
+                    config_file=path, context=context, client_configuration=cfg
+                )
+        except Exception as exc:  # the loaders raise several unrelated types
             raise KubeError(
                 f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}",
                 fix="pass --kubeconfig with a readable kubeconfig file",

@@ -5,6 +5,7 @@ caches (nodes, NodeGPUReports, operator pods), so an idle pass LISTs nothing but
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,23 +21,42 @@ Obj = dict[str, Any]
 CompiledFor = Callable[[str], CompiledFleet | None]
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """One pass's view of the informer caches, indexed once."""
+
+    nodes: list[Obj]
+    reports: Mapping[str, Obj]
+    pods: list[Obj]
+    now: datetime
+
+
 class Observer:
     def __init__(self, nodes: Informer, reports: Informer, pods: Informer) -> None:
         self.nodes, self.reports, self.pods = nodes, reports, pods
 
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self.nodes.items(),
+            {r["metadata"]["name"]: r for r in self.reports.items()},
+            self.pods.items(),
+            datetime.now(UTC),
+        )
+
     def pool_health(
-        self, compiled: CompiledFleet, pool: str, now: datetime | None = None
+        self, compiled: CompiledFleet, pool: str, snap: Snapshot | None = None
     ) -> PoolHealth:
+        snap = snap or self.snapshot()
         target = compiled.pool(pool)
         members = [
             n
-            for n in self.nodes.items()
+            for n in snap.nodes
             if selector_matches(target.node_selector, n["metadata"].get("labels") or {})
         ]
-        ev = evidence.assemble(
-            members, self.reports.items(), self.pods.items(), now or datetime.now(UTC)
-        )
-        return ladder.judge_pool(target, ev)
+        names_ = {n["metadata"]["name"] for n in members}
+        reports = [snap.reports[n] for n in names_ if n in snap.reports]
+        pods = [p for p in snap.pods if (p.get("spec") or {}).get("nodeName") in names_]
+        return ladder.judge_pool(target, evidence.assemble(members, reports, pods, snap.now))
 
     def observe(
         self,
@@ -48,7 +68,7 @@ class Observer:
         """Per pool of the newest good commit: its applied commit, sync and health."""
         out: dict[str, PoolObservation] = {}
         health: dict[str, PoolHealth] = {}
-        now = datetime.now(UTC)
+        snap = self.snapshot()
         for cluster in newest.clusters.values():
             for pool in sorted(cluster.pools):
                 live = drivers.get(str(cluster.pools[pool].driver["metadata"]["name"]))
@@ -62,9 +82,13 @@ class Observer:
                     continue
                 target_cluster = compiled.clusters[compiled.pool(pool).cluster]
                 plan = eng.plan(
-                    target_cluster, engine.Selection(frozenset({pool}), False), compiled.commit
+                    target_cluster,
+                    engine.Selection(frozenset({pool}), False),
+                    compiled.commit,
+                    drivers=drivers,
+                    nodes=snap.nodes,
                 )
-                ph = self.pool_health(compiled, pool, now)
+                ph = self.pool_health(compiled, pool, snap)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
                 failing = next((n.reason for n in ph.nodes if n.health is not Health.HEALTHY), None)

@@ -45,7 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="host:port for /metrics, /healthz, /readyz, /webhook",
     )
     p.add_argument("--webhook-secret-file", type=Path)
-    p.add_argument("--namespace", default="default", help="for the Lease, Events, pause flag")
+    p.add_argument("--namespace", default="default", help="for the Lease and the pause flag")
+    p.add_argument(
+        "--operator-namespace",
+        default="gpu-operator",
+        help="where the GPU Operator's validator pods run",
+    )
     p.add_argument("--no-leader-election", action="store_true")
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
@@ -61,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         interval=args.interval,
         cache_dir=args.cache_dir or default_cache_dir().parent / "controller",
         namespace=args.namespace,
+        operator_namespace=args.operator_namespace,
         crds_dir=args.crds,
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,

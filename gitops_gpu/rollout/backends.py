@@ -73,11 +73,12 @@ def make_backend(
     token_env: str = TOKEN_ENV,
     retry: Retry | None = None,
     environ: Mapping[str, str] | None = None,
+    git_env: Mapping[str, str] | None = None,
 ) -> StatusBackend:
     kind, _, rest = spec.partition(":")
     if kind == "gitnotes":
         remote = rest or "origin"
-        return GitNotesBackend(repo_path, remote=None if remote == "." else remote)
+        return GitNotesBackend(repo_path, remote=None if remote == "." else remote, git_env=git_env)
     if kind not in ("github", "gitea", "gitlab") or not rest:
         raise _bad(spec)
     token, source = load_token(token_file=token_file, token_env=token_env, environ=environ)

@@ -24,7 +24,7 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gitops_gpu.errors import StatusBackendError
@@ -53,6 +53,7 @@ class GitNotesBackend(StatusBackend):
         attempts: int = 24,
         base_delay: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
+        git_env: Mapping[str, str] | None = None,
     ) -> None:
         self.repo_path = Path(repo_path)
         self.remote = remote
@@ -61,7 +62,14 @@ class GitNotesBackend(StatusBackend):
         self._sleep = sleep
         self._lock = threading.Lock()
         # C locale: we match git's messages; no prompt: a missing credential must fail, not hang.
-        self._env = {**os.environ, **_IDENTITY, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
+        # git_env: the fleet remote's credentials (sync.source.credentials_env), same as fetches.
+        self._env = {
+            **os.environ,
+            **(git_env or {}),
+            **_IDENTITY,
+            "LC_ALL": "C",
+            "GIT_TERMINAL_PROMPT": "0",
+        }
 
     # --- reading ------------------------------------------------------------------------------
     def refresh(self) -> None:

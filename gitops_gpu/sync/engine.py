@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,9 +137,21 @@ class Engine:
             self._in_sync[key] = (str(live["metadata"].get("resourceVersion", "")), digest)
         return result
 
-    def plan(self, target: ClusterTarget, selection: Selection, commit: str) -> ClusterPlan:
-        drivers = self.reader.managed(DRV_API, DRV_KIND)
-        nodes = self.reader.nodes()
+    def plan(
+        self,
+        target: ClusterTarget,
+        selection: Selection,
+        commit: str,
+        *,
+        drivers: Mapping[str, Obj] | None = None,
+        nodes: Sequence[Obj] | None = None,
+    ) -> ClusterPlan:
+        """Plan ``selection`` of ``target``; ``drivers``/``nodes`` let a caller planning many
+        pools in one pass read each once."""
+        if drivers is None:
+            drivers = self.reader.managed(DRV_API, DRV_KIND)
+        if nodes is None:
+            nodes = self.reader.nodes()
         cluster_objects: list[diff.ObjectDiff] = []
         if selection.cluster_scoped:
             cp = target.cluster_policy

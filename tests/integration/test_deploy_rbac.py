@@ -32,7 +32,7 @@ from test_deploy_grants import (
     token_for,
 )
 
-from gitops_gpu import events, kube, names
+from gitops_gpu import kube, names
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
@@ -68,18 +68,6 @@ def used(requests: dict[str, int]) -> set[Grant]:
 def covered(request: Grant, grants: set[Grant]) -> bool:
     verb, res, _ = request
     return request in grants or (verb, res, None) in grants
-
-
-def dump_operator_crds(admin: kube.Client, directory: Path) -> Path:
-    """What docs/install.md has users put in the gpu-operator-crds ConfigMap: the cluster's own
-    GPU Operator CRDs as `kubectl get crd -o yaml` writes them."""
-    directory.mkdir()
-    for name in ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com"):
-        crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-        assert crd is not None, f"the GPU Operator CRD {name} is not installed"
-        with (directory / f"{name}.yaml").open("w") as fh:
-            YAML(typ="safe").dump(crd, fh)
-    return directory
 
 
 def fast_gates(work: Path) -> None:
@@ -133,12 +121,9 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
         cache_dir=tmp_path / "ctl",
         interval=0.3,
         namespace=NS,
-        crds_dir=dump_operator_crds(admin, tmp_path / "gpu-operator-crds"),
     )
+    # No --crds: preflight reads the GPU Operator CRDs from the cluster with this identity.
     ctl = Controller(cfg, sa)
-    # controller.py records Events in --namespace, which the apiserver refuses for cluster-scoped
-    # objects (422); "default" is where they belong. test_events_... below pins the bug.
-    ctl.recorder = events.EventRecorder(sa, "default")
     lease = LeaseLock(sa, namespace=NS, identity="rbac-test")
     record = GitNotesBackend(str(fleet_remote.bare), remote=None)
 
@@ -194,13 +179,6 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
     assert names.FIELD_MANAGER in {m["manager"] for m in cp["metadata"]["managedFields"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="controller.py records Events about cluster-scoped objects in --namespace; the "
-    "apiserver accepts those only in 'default' (elsewhere: 422 'involvedObject.namespace: "
-    "Invalid value: \"\": does not match event.namespace'; the chart grants events in 'default' "
-    "only). Fix: EventRecorder(client, 'default'), then drop this marker.",
-)
 def test_events_about_cluster_scoped_objects_are_recorded(
     installed: Testbed, fleet_remote: Any, tmp_path: Path
 ) -> None:
