@@ -14,10 +14,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Builds kube-apiserver, kube-controller-manager, etcd and kwok through the Go module proxy
-# into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them in seconds.
+# Builds kube-apiserver, kube-controller-manager, etcd, kwok and helm through the Go module
+# proxy into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them.
 binaries: setup
 	$(PY) -m gitops_gpu testbed build
+	$(PY) -m gitops_gpu.testbed.helm
 
 check: setup
 	$(VENV)/bin/ruff format --check gitops_gpu tests bench
