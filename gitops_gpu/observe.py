@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.components import evidence, ladder
-from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.components import evidence, ladder, signals
+from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.sync import engine
@@ -21,42 +21,89 @@ Obj = dict[str, Any]
 CompiledFor = Callable[[str], CompiledFleet | None]
 
 
+MEMO_MAX_AGE = 60.0  # a verdict is recomputed at least this often, whatever changed
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One pass's view of the informer caches, indexed once."""
 
     nodes: list[Obj]
+    nodes_version: int  # the node informer's change counter when this was taken
     reports: Mapping[str, Obj]
-    pods: list[Obj]
+    pods_by_node: Mapping[str, list[Obj]]
     now: datetime
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    key: tuple[object, ...]
+    valid_until: datetime
+    health: NodeHealth
+
+
+def _rv(obj: Obj | None) -> str | None:
+    return None if obj is None else str(obj["metadata"].get("resourceVersion"))
+
+
 class Observer:
+    """Per-pool observations; a node's ladder verdict is reused while its node, report and pods
+    are unchanged and the report cannot have gone stale (idle passes at 2,000 nodes)."""
+
     def __init__(self, nodes: Informer, reports: Informer, pods: Informer) -> None:
         self.nodes, self.reports, self.pods = nodes, reports, pods
+        self._verdicts: dict[str, _Verdict] = {}
+        self._members: dict[str, tuple[int, tuple[tuple[str, str], ...], list[Obj]]] = {}
 
     def snapshot(self) -> Snapshot:
+        pods: dict[str, list[Obj]] = {}
+        for pod in self.pods.items():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                pods.setdefault(node, []).append(pod)
+        version = self.nodes.version  # read first: a change racing the copy forces a recompute
         return Snapshot(
             self.nodes.items(),
+            version,
             {r["metadata"]["name"]: r for r in self.reports.items()},
-            self.pods.items(),
+            pods,
             datetime.now(UTC),
         )
 
+    def members(self, compiled: CompiledFleet, pool: str, snap: Snapshot) -> list[Obj]:
+        """The pool's nodes; recomputed only when some node changed since the last pass."""
+        selector = tuple(sorted(compiled.pool(pool).node_selector.items()))
+        cached = self._members.get(pool)
+        if cached is not None and cached[0] == snap.nodes_version and cached[1] == selector:
+            return cached[2]
+        sel = dict(selector)
+        found = [n for n in snap.nodes if selector_matches(sel, n["metadata"].get("labels") or {})]
+        self._members[pool] = (snap.nodes_version, selector, found)
+        return found
+
     def pool_health(
-        self, compiled: CompiledFleet, pool: str, snap: Snapshot | None = None
+        self,
+        compiled: CompiledFleet,
+        pool: str,
+        snap: Snapshot | None = None,
+        members: list[Obj] | None = None,
     ) -> PoolHealth:
         snap = snap or self.snapshot()
         target = compiled.pool(pool)
-        members = [
-            n
-            for n in snap.nodes
-            if selector_matches(target.node_selector, n["metadata"].get("labels") or {})
-        ]
-        names_ = {n["metadata"]["name"] for n in members}
-        reports = [snap.reports[n] for n in names_ if n in snap.reports]
-        pods = [p for p in snap.pods if (p.get("spec") or {}).get("nodeName") in names_]
-        return ladder.judge_pool(target, evidence.assemble(members, reports, pods, snap.now))
+        members = self.members(compiled, pool, snap) if members is None else members
+        verdicts: list[NodeHealth] = []
+        for node in members:
+            name = node["metadata"]["name"]
+            report = snap.reports.get(name)
+            pods = snap.pods_by_node.get(name, [])
+            key = (compiled.commit, pool, _rv(node), _rv(report), tuple(_rv(p) for p in pods))
+            memo = self._verdicts.get(name)
+            if memo is None or memo.key != key or snap.now >= memo.valid_until:
+                ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
+                memo = _Verdict(key, _valid_until(report, snap.now), ladder.walk(ev, target))
+                self._verdicts[name] = memo
+            verdicts.append(memo.health)
+        return aggregate(pool, verdicts)
 
     def observe(
         self,
@@ -81,14 +128,15 @@ class Observer:
                     out[pool] = PoolObservation(pool, commit, False, 0, 0)
                     continue
                 target_cluster = compiled.clusters[compiled.pool(pool).cluster]
+                members = self.members(compiled, pool, snap)
                 plan = eng.plan(
                     target_cluster,
                     engine.Selection(frozenset({pool}), False),
                     compiled.commit,
                     drivers=drivers,
-                    nodes=snap.nodes,
+                    nodes=members,
                 )
-                ph = self.pool_health(compiled, pool, snap)
+                ph = self.pool_health(compiled, pool, snap, members)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
                 failing = next((n.reason for n in ph.nodes if n.health is not Health.HEALTHY), None)
@@ -108,3 +156,14 @@ class Observer:
 
 def _pools(compiled: CompiledFleet) -> set[str]:
     return {p for c in compiled.clusters.values() for p in c.pools}
+
+
+def _valid_until(report: Obj | None, now: datetime) -> datetime:
+    """When a verdict may change with no object changing: the report going stale."""
+    cap = now + timedelta(seconds=MEMO_MAX_AGE)
+    status = (report or {}).get("status") or {}
+    observed = evidence.parse_time(status.get("observedAt"))
+    if observed is None:
+        return cap
+    stale_at = observed + timedelta(seconds=signals.stale_limit(status, DEFAULT_OPTIONS))
+    return min(cap, stale_at) if stale_at > now else cap

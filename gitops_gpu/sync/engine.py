@@ -120,6 +120,7 @@ class Engine:
         self.field_manager = field_manager
         # (kind, name) -> (live resourceVersion, manifest digest): known to be in sync.
         self._in_sync: dict[tuple[str, str], tuple[str, str]] = {}
+        self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
 
     # -- plan -----------------------------------------------------------------------------------
     def _diff(self, manifest: Obj, live: Obj | None, pool: str | None) -> diff.ObjectDiff:
@@ -135,6 +136,17 @@ class Engine:
         result = diff.diff_object(manifest, dry, live, pool)
         if live is not None and not result.drifted and not result.stale_commit:
             self._in_sync[key] = (str(live["metadata"].get("resourceVersion", "")), digest)
+        return result
+
+    def _label_diff(self, node: Obj, desired: Mapping[str, str], pool: str) -> diff.NodeLabelDiff:
+        """diff_node_labels, memoised by the node's resourceVersion and the desired labels."""
+        key = (str(node["metadata"].get("resourceVersion")), pool, tuple(sorted(desired.items())))
+        name = str(node["metadata"]["name"])
+        hit = self._label_diffs.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        result = diff.diff_node_labels(node, desired, pool)
+        self._label_diffs[name] = (key, result)
         return result
 
     def plan(
@@ -172,7 +184,7 @@ class Engine:
                 for n in nodes
                 if selector_matches(pool.node_selector, n["metadata"].get("labels") or {})
             ]
-            node_diffs = [diff.diff_node_labels(n, pool.node_labels, name) for n in members]
+            node_diffs = [self._label_diff(n, pool.node_labels, name) for n in members]
             pools.append(
                 PoolPlan(
                     name,

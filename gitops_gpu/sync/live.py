@@ -76,6 +76,12 @@ class Informer:
         with self._lock:
             return self._items.get(name)
 
+    @staticmethod
+    def _trim(obj: Obj) -> Obj:
+        # managedFields are often the bulk of a node; nothing reads them from the cache.
+        obj.get("metadata", {}).pop("managedFields", None)
+        return obj
+
     def _list(self) -> str:
         listed = self.client.list(
             self.api_version,
@@ -85,7 +91,7 @@ class Informer:
         )
         self.lists += 1
         with self._lock:
-            self._items = {n["metadata"]["name"]: n for n in listed["items"]}
+            self._items = {n["metadata"]["name"]: self._trim(n) for n in listed["items"]}
             self.version += 1
         self._synced.set()
         return str(listed["metadata"]["resourceVersion"])
@@ -126,7 +132,7 @@ class Informer:
             if kind == "DELETED":
                 self._items.pop(name, None)
             else:
-                self._items[name] = obj
+                self._items[name] = self._trim(obj)
             self.version += 1
         return new_rv
 
