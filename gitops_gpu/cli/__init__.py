@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
+from gitops_gpu import logs
 from gitops_gpu.errors import GitopsGpuError
 
 # Command modules, in the order `--help` lists them. Missing ones are skipped so a partial
@@ -19,6 +19,12 @@ COMMAND_MODULES = ("check", "sync", "agent", "rollout", "controller", "demo", "t
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gitops-gpu", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per log line (structured logs)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         try:
@@ -34,10 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure(verbose=args.verbose, fmt=args.log_format)
     try:
         rc: int = args.func(args)
     except GitopsGpuError as exc:
