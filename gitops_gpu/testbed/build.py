@@ -78,23 +78,23 @@ def _run(cmd: Sequence[str], cwd: Path, progress: Progress, what: str) -> None:
     progress(f"{what}: {' '.join(cmd)}")
     start = time.monotonic()
     tail: collections.deque[str] = collections.deque(maxlen=25)
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         list(cmd),
         cwd=cwd,
         env=_go_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    assert proc.stdout is not None
-    last_beat = start
-    for count, line in enumerate(proc.stdout, 1):
-        tail.append(line.rstrip())
-        now = time.monotonic()
-        if now - last_beat > 20:
-            progress(f"{what}: {now - start:4.0f}s, {count} packages, at {line.strip()[:80]}")
-            last_beat = now
-    rc = proc.wait()
+    ) as proc:
+        assert proc.stdout is not None
+        last_beat = start
+        for count, line in enumerate(proc.stdout, 1):
+            tail.append(line.rstrip())
+            now = time.monotonic()
+            if now - last_beat > 20:
+                progress(f"{what}: {now - start:4.0f}s, {count} packages, at {line.strip()[:80]}")
+                last_beat = now
+        rc = proc.wait()
     if rc != 0:
         raise BuildError(
             f"{what} failed (exit {rc}) running: {' '.join(cmd)} in {cwd}\n" + "\n".join(tail),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -76,3 +77,24 @@ def test_up_simulate_fault_down(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert not d.exists()
     for pid in state.pids.values():
         assert not controlplane._alive(pid)
+
+
+def test_up_cleans_a_stale_dir_left_by_a_killed_run(tmp_path: Path) -> None:
+
+    d = tmp_path / "stale"
+    d.mkdir()
+    # A "control plane" process from a run that was killed before `down`.
+    orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    controlplane.State(dir=str(d), pids={"kube-apiserver": orphan.pid}).save()
+    (d / "etcd").mkdir()
+    (d / "etcd" / "junk").write_text("old data")
+    try:
+        assert main(["testbed", "up", "--dir", str(d)]) == 0
+        assert orphan.wait(timeout=15) is not None  # stopped by `up`
+        assert not (d / "etcd" / "junk").exists()
+        state = controlplane.State.load(d)
+        assert state is not None and orphan.pid not in state.pids.values()
+    finally:
+        main(["testbed", "down", "--dir", str(d)])
+        if orphan.poll() is None:
+            orphan.kill()
