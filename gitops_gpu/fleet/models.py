@@ -10,7 +10,7 @@ and the version matrix read, with every other field kept (``extra="allow"``).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, field_validator
 from pydantic.alias_generators import to_camel
@@ -19,25 +19,6 @@ API_VERSION = "gitops-gpu.io/v1alpha1"
 DEFAULT_CLUSTER = "default"
 
 # gpu.deploy.<component> labels the GPU Operator honours (controllers/state_manager.go).
-COMPONENTS = (
-    "driver",
-    "gpu-feature-discovery",
-    "container-toolkit",
-    "device-plugin",
-    "dcgm",
-    "dcgm-exporter",
-    "node-status-exporter",
-    "operator-validator",
-    "mig-manager",
-    "sandbox-device-plugin",
-    "sandbox-validator",
-    "vfio-manager",
-    "kata-manager",
-    "cc-manager",
-    "vgpu-manager",
-    "vgpu-device-manager",
-    "kata-sandbox-device-plugin",
-)
 Component = Literal[
     "driver",
     "gpu-feature-discovery",
@@ -57,6 +38,7 @@ Component = Literal[
     "vgpu-device-manager",
     "kata-sandbox-device-plugin",
 ]
+COMPONENTS: tuple[str, ...] = get_args(Component)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
