@@ -7,6 +7,7 @@ With CI=true a testbed that cannot start fails the tests with the reason; it nev
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -18,8 +19,11 @@ from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.testbed import session
 
-# A fixed directory: a run killed hard leaves state here that the next run cleans.
-TESTBED_DIR = paths.PROJECT_ROOT / ".testbed" / "pytest"
+# A fixed directory: a run killed hard leaves state here that the next run cleans. Two runs at
+# once need two directories: GITOPS_GPU_TESTBED_DIR.
+TESTBED_DIR = Path(
+    os.environ.get("GITOPS_GPU_TESTBED_DIR") or paths.PROJECT_ROOT / ".testbed" / "pytest"
+)
 
 
 @pytest.fixture(scope="session")
