@@ -138,7 +138,8 @@ def _gate(
 
     if view.too_many_unhealthy:
         allowed = gate.max_unhealthy_nodes
-        text = f"{name}: {view.nodes_unhealthy} nodes unhealthy (max {allowed}){cause}"
+        nodes = "node" if view.nodes_unhealthy == 1 else "nodes"
+        text = f"{name}: {view.nodes_unhealthy} {nodes} unhealthy (max {allowed}){cause}"
         return _fail(stage, target, text, inp, record)
 
     if not view.converged:
