@@ -209,6 +209,14 @@ class Controller:
             Commit(c.sha, self.checked(c.sha).ok, self.checked(c.sha).summary) for c in history
         ]
         newest = next((self.checked(c.sha).compiled for c in commits if c.preflight), None)
+        if newest is not None and len(newest.clusters) > 1:
+            # One client, one cluster: applying another cluster's objects here would be wrong.
+            raise GitopsGpuError(
+                f"the fleet lists clusters {', '.join(sorted(newest.clusters))}; the controller "
+                "manages one cluster",
+                fix="keep one cluster per fleet repo for the controller, or roll out with "
+                "`gitops-gpu apply --stage S` per cluster context",
+            )
         statuses = read_record(self.backend, [c.sha for c in commits])
         paused = self.paused()
         if paused:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from e2e_harness import Env, fast_gates
+from ruamel.yaml import YAML
 
+from gitops_gpu import names
 from gitops_gpu.leader import LEASE_API
 
 pytestmark = pytest.mark.e2e
@@ -71,3 +73,24 @@ def test_sigterm_finishes_the_pass_releases_the_lease_and_exits(env: Env, tmp_pa
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def test_a_multi_cluster_fleet_is_refused_not_applied_to_one_cluster(env: Env) -> None:
+    def two_clusters(work: Path) -> None:
+        fast_gates()(work)
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        fleet["spec"]["clusters"] = [{"name": "default"}, {"name": "eu", "context": "eu"}]
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+        pool = yaml.load((work / "nodepools" / "train-b200" / "pool.yaml").read_text())
+        pool["spec"]["cluster"] = "eu"
+        with (work / "nodepools" / "train-b200" / "pool.yaml").open("w") as fh:
+            yaml.dump(pool, fh)
+
+    env.remote.commit("two clusters", two_clusters)
+    rc = env.controller()
+    rc.kill()
+    report = rc.ctl.run_pass()
+    assert report.result == "error" and "manages one cluster" in report.error
+    assert env.tb.client.list(*names.NVIDIA_DRIVER_API)["items"] == []
