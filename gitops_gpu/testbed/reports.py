@@ -12,7 +12,8 @@ from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.gpus import DEFAULT_PRODUCT, PRODUCTS
 
 Obj = dict[str, Any]
-HEARTBEAT_SECONDS = 30.0
+# What an agent at the default 30 s interval uses: max(4 x interval, 60 s).
+HEARTBEAT_SECONDS = 120.0
 
 
 class SnapshotReports:

@@ -33,7 +33,7 @@ class Simulator:
         *,
         tick: float = 0.5,
         report_fn: ReportFn | None = None,
-        report_heartbeat: float = 30.0,
+        report_heartbeat: float = 120.0,
     ) -> None:
         self.client = client
         self.tick = tick
