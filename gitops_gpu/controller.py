@@ -283,6 +283,7 @@ class Controller:
             self.metrics.drifted.labels(cluster.name).set(sum(o.drifted for o in plan.objects))
             result = self.engine.apply(plan, all_batches=False, stamp_commit=True)
             api = {k: a for a, k in (names.CLUSTER_POLICY_API, names.NVIDIA_DRIVER_API)}
+            self._flag_cluster_wide(result, cluster.name, list(cluster.pools), stage, commit)
             for obj in result.applied:
                 verb = "RolledBack" if rollback else "Applied"
                 self.recorder.record(
@@ -304,6 +305,26 @@ class Controller:
             written += len(result.applied) + sum(len(b) for b in result.label_batches)
         self.metrics.set_stage_commit(stage, commit)
         return written
+
+    def _flag_cluster_wide(
+        self, result: engine.ApplyResult, cluster: str, pools: list[str], stage: str, commit: str
+    ) -> None:
+        """A ClusterPolicy change reaches every pool of the cluster at once, whatever their
+        stage: say so where people look (log, Event, metric) when a stage carries one."""
+        for obj in result.applied:
+            if obj.kind != names.CLUSTER_POLICY_API[1] or obj.action.value != "configured":
+                continue  # creation (first rollout) and commit-annotation moves are not changes
+            fields = ", ".join(sorted({c.path for c in obj.changes})[:5])
+            message = (
+                f"stage {stage} carries a cluster-wide change at {commit[:12]}: "
+                f"{len(obj.changes)} fields ({fields}) now apply to all pools of cluster "
+                f"{cluster} ({', '.join(sorted(pools))})"
+            )
+            log.warning("%s", message)
+            self.recorder.record(
+                *names.CLUSTER_POLICY_API, obj.name, "ClusterWideChange", message, warning=True
+            )
+            self.metrics.cluster_wide_changes.labels(stage).inc()
 
     def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
         for pool, ph in health.items():

@@ -52,6 +52,12 @@ class Metrics:
             registry=r,
         )
         self._stage_commits: dict[str, str] = {}
+        self.cluster_wide_changes = Counter(
+            "gitops_gpu_cluster_wide_changes_total",
+            "ClusterPolicy changes carried by a stage (they hit every pool of the cluster)",
+            ["stage"],
+            registry=r,
+        )
         self.leader = Gauge("gitops_gpu_leader", "1 while this replica leads", registry=r)
 
     def set_stage_commit(self, stage: str, commit: str) -> None:

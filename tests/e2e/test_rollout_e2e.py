@@ -189,3 +189,27 @@ def test_plan_reports_nvml_drift_of_a_gpu_off_the_bus(
         lambda: any(d["node"] == "canary-000" and d["field"] == "gpuCount" for d in drift()),
     )
     assert {d["node"] for d in drift()} == {"canary-000"}
+
+
+def test_a_cluster_wide_change_is_carried_by_the_first_stage_and_flagged(env: Env) -> None:
+    _bootstrap(env)
+
+    def runtime_class(work: Path) -> None:
+        path = work / "base" / "clusterpolicy.yaml"
+        path.write_text(
+            path.read_text().replace("runtimeClass: nvidia", "runtimeClass: nvidia-cdi")
+        )
+
+    change = env.remote.commit("operator runtime class", runtime_class)
+    env.wait("canary carries it", lambda: env.state(change, "canary") == "success")
+    cp = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+    assert cp is not None and cp["spec"]["operator"]["runtimeClass"] == "nvidia-cdi"
+    flagged = [
+        e
+        for e in env.tb.client.list("v1", "Event", namespace="default")["items"]
+        if e["reason"] == "ClusterWideChange" and change[:12] in e["message"]
+    ]
+    assert len(flagged) == 1
+    assert "stage canary" in flagged[0]["message"] and "infer-l40s" in flagged[0]["message"]
+    assert flagged[0]["involvedObject"]["kind"] == "ClusterPolicy"
+    env.wait("later stages follow", lambda: _all_success(env, change))
