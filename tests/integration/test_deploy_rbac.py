@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import incluster_config
 from ruamel.yaml import YAML
 from test_deploy_grants import (
     NS,
@@ -218,21 +219,21 @@ def test_the_controller_is_refused_everything_else(installed: Testbed) -> None:
     assert sa.get("v1", "ConfigMap", "gitops-gpu-control", NS) is None
 
 
-def test_the_charts_in_cluster_kubeconfig_authenticates(installed: Testbed, tmp_path: Path) -> None:
-    """The Deployment runs `--kubeconfig` with the chart's kubeconfig (token and CA files of
-    the pod's service account): load it as the controller does, pointed at the testbed."""
-    cm = next(d for d in rendered() if d["kind"] == "ConfigMap")
+def test_the_controller_pod_authenticates_in_cluster(
+    installed: Testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment passes no --kubeconfig: in a pod the client loads the service account's
+    token and CA from their mounted files, as client-go does. Same here, files redirected."""
     token = tmp_path / "token"
     token.write_text(token_for(installed.client, "gitops-gpu-controller"))
-    text = (
-        cm["data"]["kubeconfig"]
-        .replace("https://kubernetes.default.svc", installed.state.server)
-        .replace(
-            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", str(installed.state.ca_file)
-        )
-        .replace("/var/run/secrets/kubernetes.io/serviceaccount/token", str(token))
-    )
-    (tmp_path / "kubeconfig").write_text(text)
-    client = kube.Client.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(installed.state.ca_file))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(installed.state.apiserver_port))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    deployment = next(d for d in rendered() if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--kubeconfig") for a in args)
+    client = kube.Client.from_kubeconfig(None)
     eventually(lambda: lists_nodes(client))
     refused(lambda: client.list("v1", "Secret", namespace=NS))
