@@ -43,3 +43,5 @@ def test_github_and_gitlab_pipelines_post_preflight_status() -> None:
         argv = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "X", cmds[0]))
         args = build_parser().parse_args(argv[1:])  # the flags exist and parse
         assert args.post_status and args.base and args.status_backend.startswith(backend)
+        # An installed gitops-gpu has no upstream CRDs beside it: the pipeline brings them.
+        assert args.crds is not None

@@ -1,0 +1,40 @@
+"""The wheel carries what an installed gitops-gpu needs at run time (no repo beside it)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from gitops_gpu import paths
+
+CHART = paths.PROJECT_ROOT / "deploy" / "helm" / "gitops-gpu"
+
+
+def test_wheel_has_package_data_and_entry_point(tmp_path: Path) -> None:
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path)]
+    subprocess.run([*build, str(paths.PROJECT_ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("gitops_gpu-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for rel in (
+        "gitops_gpu/data/version_matrix.yaml",
+        "gitops_gpu/data/mig_profiles.yaml",
+        "gitops_gpu/data/nvml-snapshots/h100-80gb.json",
+        "gitops_gpu/py.typed",
+    ):
+        assert rel in names, rel
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry).decode()
+    assert re.search(r"^gitops-gpu = gitops_gpu\.cli:main$", text, re.M)
+    # Nothing from the repo outside the package (tests, upstream data) rides along.
+    assert not [n for n in names if n.startswith(("tests/", "shared/", "fleet-repo-example/"))]
+
+
+def test_dockerfile_matches_the_chart() -> None:
+    docker = (paths.PROJECT_ROOT / "deploy" / "Dockerfile").read_text()
+    uid = re.search(r"^USER (\d+):", docker, re.M)
+    assert uid is not None
+    assert f"runAsUser: {uid.group(1)}" in (CHART / "templates" / "_helpers.tpl").read_text()
+    assert 'ENTRYPOINT ["gitops-gpu"]' in docker
