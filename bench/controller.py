@@ -167,7 +167,8 @@ def naive(b: Bench, sha: str) -> None:
             continue
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
-    env = {"KUBECONFIG": b.tb.kubeconfig, "PATH": "/usr/bin:/bin"}
+    # HOME: kubectl keeps its discovery cache there (without it, in the current directory).
+    env = {"KUBECONFIG": b.tb.kubeconfig, "PATH": "/usr/bin:/bin", "HOME": str(b.root)}
     steps = {
         "git pull": ["git", "-C", str(clone), "pull", "-q"],
         "kubectl apply --server-side": [
