@@ -32,6 +32,7 @@ from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.server import ControllerServer, Probes
+from gitops_gpu.testbed import controlplane
 from gitops_gpu.testbed.build import find_kubectl
 
 
@@ -56,17 +57,7 @@ def main() -> int:
     args = ap.parse_args()
     with bench_env(args.pools, args.nodes_per_pool) as bench:
         simulate = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gitops_gpu",
-                "testbed",
-                "simulate",
-                "--dir",
-                str(bench.root / "testbed"),
-                "--tick",
-                "1",
-            ],
+            controlplane.simulator_argv(bench.root / "testbed", 1),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

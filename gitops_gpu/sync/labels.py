@@ -13,6 +13,7 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.sync.diff import NodeLabelDiff
+from gitops_gpu.sync.live import node_ready
 
 Obj = Mapping[str, Any]
 _BUSY_MIG_STATES = {"pending", "rebooting"}
@@ -33,11 +34,7 @@ def is_busy(node: Obj) -> bool:
         return True
     if labels.get(names.MIG_CONFIG_STATE_LABEL) in _BUSY_MIG_STATES:
         return True
-    cond: Mapping[str, Any]
-    for cond in node.get("status", {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") != "True")
-    return False
+    return not node_ready(node)
 
 
 # Labels whose change makes the GPU Operator reconfigure (and briefly drain) the node.

@@ -20,6 +20,14 @@ Obj = dict[str, Any]
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
 
 
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True (a node without one is not Ready)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
 def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 

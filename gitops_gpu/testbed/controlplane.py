@@ -394,22 +394,22 @@ def down(directory: Path) -> bool:
     return state is not None
 
 
+def simulator_argv(directory: str | Path, tick: float) -> list[str]:
+    """The command that runs the GPU Operator/NVML simulator against the testbed in DIR."""
+    return [
+        sys.executable,
+        "-m",
+        "gitops_gpu",
+        "testbed",
+        "simulate",
+        "--dir",
+        str(directory),
+        "--tick",
+        str(tick),
+    ]
+
+
 def spawn_simulator(state: State, tick: float) -> None:
     """Run `gitops-gpu testbed simulate` as one more process of the testbed (stopped by down)."""
-    _spawn(
-        "simulator",
-        [
-            sys.executable,
-            "-m",
-            "gitops_gpu",
-            "testbed",
-            "simulate",
-            "--dir",
-            state.dir,
-            "--tick",
-            str(tick),
-        ],
-        state,
-        die_with_parent=False,
-    )
+    _spawn("simulator", simulator_argv(state.dir, tick), state, die_with_parent=False)
     state.save()

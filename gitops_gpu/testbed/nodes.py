@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import kube
 from gitops_gpu.errors import TestbedError
+from gitops_gpu.sync.live import node_ready
 from gitops_gpu.testbed.gpus import DEFAULT_PRODUCT, NFD_LABELS, PRODUCTS, gfd_labels
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -82,7 +83,7 @@ def wait_ready(client: kube.Client, names: Iterable[str], timeout: float = 60) -
     pending = want
     while time.monotonic() < deadline:
         nodes = client.list("v1", "Node")["items"]
-        ready = {n["metadata"]["name"] for n in nodes if _is_ready(n)}
+        ready = {n["metadata"]["name"] for n in nodes if node_ready(n)}
         pending = want - ready
         if not pending:
             return
@@ -91,10 +92,3 @@ def wait_ready(client: kube.Client, names: Iterable[str], timeout: float = 60) -
         f"{len(pending)} fake nodes not Ready after {timeout:.0f}s: {sorted(pending)[:5]}",
         fix="see the kwok log under DIR/logs/kwok.log",
     )
-
-
-def _is_ready(node: Mapping[str, Any]) -> bool:
-    for cond in node.get("status", {}).get("conditions", []) or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False

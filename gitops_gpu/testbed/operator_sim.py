@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import names
+from gitops_gpu.sync.live import node_ready
 
 SIM = "sim.gitops-gpu.io"
 DRIVER_ANN = f"{SIM}/driver-version"
@@ -84,13 +85,6 @@ def fault(node: Obj) -> str | None:
     return _ann(node).get(FAULT_ANN)
 
 
-def ready(node: Obj) -> bool:
-    for cond in node.get("status", {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
 def driver_labels(version: str) -> dict[str, str | None]:
     """GFD's driver labels for an installed driver version."""
     parts = [*version.split("."), "", "", ""][:3]
@@ -121,7 +115,7 @@ def _slots(nodes: Sequence[Obj], policy: Mapping[str, Any]) -> int:
         for n, s in zip(nodes, states, strict=True)
         if s not in (*IDLE, "upgrade-required")
         or n.get("spec", {}).get("unschedulable")
-        or not ready(n)
+        or not node_ready(n)
     )
     return max(0, min(available, max_unavail - unavailable))
 
