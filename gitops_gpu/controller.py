@@ -33,6 +33,7 @@ from gitops_gpu.rollout.status import StatusBackend, read_record
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.source import GitSource, credentials_env
+from gitops_gpu.sync.trust import Verifier
 
 log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
@@ -52,6 +53,9 @@ class Config:
     crds_dir: Path | None = None
     status_backend: str = "gitnotes"
     status_token_file: Path | None = None
+    # --verify-signatures: a commit no trusted key vouches for fails preflight before anything
+    # else (docs/trust.md).
+    verifier: Verifier | None = None
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Controller:
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
         self._checked: dict[str, _Checked] = {}
+        self._runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
         self._crds_fetched: float | None = None
         self._wake = threading.Event()
         self.last_report = PassReport()
@@ -121,6 +126,9 @@ class Controller:
 
     # -- preflight and compile, cached by commit -----------------------------------------------
     def checked(self, sha: str) -> _Checked:
+        untrusted = self._untrusted(sha)
+        if untrusted is not None:
+            return untrusted
         if sha not in self._checked:
             path = self.source.checkout(sha)
             try:
@@ -137,6 +145,45 @@ class Controller:
             ok = not errors and result.compiled is not None
             self._checked[sha] = _Checked(ok, summary[:120], result.compiled if ok else None)
         return self._checked[sha]
+
+    def _untrusted(self, sha: str) -> _Checked | None:
+        """--verify-signatures, judged on every call (KEYS may have changed): a failed check for
+        a commit no trusted key vouches for. A commit the cluster already runs is not re-judged
+        (it was trusted when applied; a removed key must not roll it back)."""
+        if self.cfg.verifier is None:
+            return None
+        verdict = self.cfg.verifier.verify(self.source.repo.git_dir, sha)
+        if verdict.trusted:
+            return None
+        if sha not in self._runs_in_cluster:
+            self._runs_in_cluster[sha] = self._runs(sha)
+            if not self._runs_in_cluster[sha]:
+                message = f"commit {sha[:12]} held back, never applied: {verdict.reason}"
+                log.warning("%s", message)
+                self.metrics.untrusted_commits.labels(verdict.kind).inc()
+                self.recorder.record(
+                    *names.CLUSTER_POLICY_API,
+                    names.CLUSTER_POLICY_NAME,
+                    "UntrustedCommit",
+                    message,
+                    warning=True,
+                )
+            else:
+                log.warning(
+                    "commit %s runs in the cluster: not re-judged (%s)", sha[:12], verdict.reason
+                )
+        if self._runs_in_cluster[sha]:
+            return None
+        return _Checked(False, f"untrusted commit: {verdict.reason}"[:120], None)
+
+    def _runs(self, sha: str) -> bool:
+        """Whether the ClusterPolicy or an NVIDIADriver carries ``sha`` (it was applied)."""
+        objs = list(self.engine.reader.managed(*names.NVIDIA_DRIVER_API).values())
+        objs.append(self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME) or {})
+        return any(
+            ((o.get("metadata") or {}).get("annotations") or {}).get(names.COMMIT_ANNOTATION) == sha
+            for o in objs
+        )
 
     def crds_dir(self) -> Path:
         """The CRD schemas preflight checks against: ``--crds`` if given, else the cluster's own

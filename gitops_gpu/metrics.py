@@ -59,6 +59,14 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("gitops_gpu_leader", "1 while this replica leads", registry=r)
+        self.untrusted_commits = Counter(
+            "gitops_gpu_untrusted_commits_total",
+            "Commits held back because no trusted key signed them (--verify-signatures), by "
+            "reason: unsigned, unknown_key, expired_key, revoked_key, bad_signature, "
+            "no_signed_tag, error",
+            ["reason"],
+            registry=r,
+        )
 
     def set_stage_commit(self, stage: str, commit: str) -> None:
         previous = self._stage_commits.get(stage)
