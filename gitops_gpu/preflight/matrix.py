@@ -43,6 +43,8 @@ class Matrix:
     auto_source: str
     mig_profiles: dict[str, dict[str, Any]]
     mig_source: str
+    cuda: dict[int, dict[str, Any]]  # CUDA major -> minimum driver row
+    operator_releases: dict[str, dict[str, Any]]  # "v25.10.1" -> default driver row
 
 
 def _data(name: str) -> Any:
@@ -63,6 +65,8 @@ def load_matrix() -> Matrix:
         auto_source=auto["source"],
         mig_profiles={p["name"]: p for p in mig["profiles"]},
         mig_source=mig["source_file"],
+        cuda={int(c["major"]): c for c in vm["cuda"]},
+        operator_releases={str(r["release"]): r for r in vm["gpu_operator_releases"]},
     )
 
 
@@ -137,6 +141,7 @@ class Issue:
     anchor: (
         str  # which field the finding points at: version | kernelModuleType | migConfig | product
     )
+    source: str = ""  # the matrix row's source, carried into the finding
 
 
 def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.date) -> list[Issue]:
@@ -180,6 +185,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     f"driver branch R{branch} is end of life{when} ({row['source']})",
                     "move the pool to a supported branch such as R580 (LTSB)",
                     "version",
+                    row["source"],
                 )
             )
     kmt = driver.kernel_module_type
@@ -205,6 +211,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     f"{gpu.architecture} ({arch['source']})",
                     f"pin a R{last} driver for this pool",
                     "version",
+                    arch["source"],
                 )
             )
         too_old = first is not None and branch < int(first)
@@ -217,6 +224,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     f"({arch['source']})",
                     f"use R{first} or newer",
                     "version",
+                    arch["source"],
                 )
             )
         if gpu.min_driver and full and version < gpu.min_driver and not too_old:

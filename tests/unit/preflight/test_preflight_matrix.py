@@ -10,7 +10,7 @@ import pytest
 from gitops_gpu import paths
 from gitops_gpu.fleet.models import DriverSettings
 from gitops_gpu.fleet.yamlio import parse_single
-from gitops_gpu.preflight import matrix
+from gitops_gpu.preflight import compat, matrix
 
 MIG_DEFAULT = paths.shared_upstream() / "mig-parted" / "config-default.yaml"
 
@@ -120,3 +120,103 @@ def test_branch_only_version_skips_patch_level_rules() -> None:
     assert (
         matrix.check_driver(DriverSettings(version="580"), [gpu], datetime.date(2026, 1, 1)) == []
     )
+
+
+# -- issue 16: the matrix complete for what it claims -----------------------------------------
+
+VALUES_HISTORY = paths.shared_upstream() / "gpu-operator" / "samples" / "values-history"
+
+
+def test_every_architecture_after_volta_has_a_first_branch() -> None:
+    for arch in matrix.load_matrix().architectures:
+        if arch.get("last_branch") is None:  # still supported: where support starts is known
+            assert arch.get("min_branch"), arch["name"]
+
+
+def test_new_sections_keep_their_source() -> None:
+    m = matrix.load_matrix()
+    rows = [*m.cuda.values(), *m.operator_releases.values()]
+    assert len(m.cuda) >= 3 and len(m.operator_releases) >= 3
+    assert all(str(r.get("source", "")).strip() for r in rows)
+
+
+@pytest.mark.parametrize("release", ["v25.10.1", "v26.3.3", "v26.7.0"])
+def test_operator_release_defaults_match_upstream_values(release: str, upstream: Path) -> None:
+    values = parse_single("values.yaml", (VALUES_HISTORY / f"values-{release}.yaml").read_text())
+    row = matrix.load_matrix().operator_releases[release]
+    assert str(row["default_driver"]) == values.data["driver"]["version"]
+    assert f"values-{release}.yaml" in row["source"]
+
+
+@pytest.mark.parametrize(
+    ("product", "version", "first"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", "470.141.10", "R515"),  # the issue's case: R470 on Hopper
+        ("NVIDIA-A100-SXM4-40GB", "440.118.02", "R450"),
+        ("NVIDIA-L40S", "515.105.01", "R520"),
+        ("Tesla-T4", "396.82", "R410"),
+    ],
+)
+def test_a_branch_that_predates_the_gpu_is_an_error(product: str, version: str, first: str) -> None:
+    gpu = matrix.facts_for(product, "pool.yaml")
+    issues = matrix.check_driver(
+        DriverSettings(version=version, kernel_module_type="proprietary"),
+        [gpu],
+        datetime.date(2026, 11, 1),
+    )
+    (issue,) = [i for i in issues if i.code == "GG030"]
+    assert f"{first} is the first branch" in issue.message and issue.source
+
+
+def test_the_first_supported_branch_passes() -> None:
+    gpu = matrix.facts_for("NVIDIA-H100-80GB-HBM3", "pool.yaml")
+    issues = matrix.check_driver(
+        DriverSettings(version="580.126.20", kernel_module_type="open"),
+        [gpu],
+        datetime.date(2026, 11, 1),
+    )
+    assert issues == []
+
+
+def test_r570_is_end_of_life_from_march_2026() -> None:
+    d = DriverSettings(version="570.195.03", kernel_module_type="open")
+    gpu = [matrix.facts_for("NVIDIA-H100-80GB-HBM3", "pool.yaml")]
+    assert not matrix.check_driver(d, gpu, datetime.date(2026, 2, 27))
+    (eol,) = matrix.check_driver(d, gpu, datetime.date(2026, 3, 1))
+    assert eol.code == "GG035" and "supported-drivers" in eol.source
+
+
+@pytest.mark.parametrize(
+    ("cuda", "driver", "needle"),
+    [
+        ("13.0", "570.195.03", "needs driver >= 580"),
+        ("12.8", "470.141.10", "needs driver >= 525.60.13"),
+        ("12.2", "525.60.12", "needs driver >= 525.60.13"),
+    ],
+)
+def test_cuda_the_driver_cannot_run(cuda: str, driver: str, needle: str) -> None:
+    (issue,) = compat.check_cuda(cuda, driver)
+    assert issue.code == "GG037" and needle in issue.message and issue.source
+
+
+@pytest.mark.parametrize(("cuda", "driver"), [("13.0", "580.65.06"), ("12.8", "535.247.01")])
+def test_cuda_the_driver_runs(cuda: str, driver: str) -> None:
+    assert compat.check_cuda(cuda, driver) == []
+
+
+def test_cuda_unknown_to_the_matrix_is_a_note() -> None:
+    (issue,) = compat.check_cuda("14.0", "595.91.07")
+    assert issue.code == "GG036"
+
+
+def test_driver_newer_than_the_operator_release() -> None:
+    (issue,) = compat.check_operator("v25.10.1", "595.91.07")
+    assert issue.code == "GG038" and "580.105.08" in issue.message
+    assert "values-v25.10.1.yaml" in issue.source
+    assert compat.check_operator("v26.7.0", "595.91.07") == []
+    assert compat.check_operator("26.3.3", "580.65.06") == []  # older active branch: fine
+
+
+def test_unknown_operator_release_is_a_note() -> None:
+    (issue,) = compat.check_operator("v19.1.0", "580.126.20")
+    assert issue.code == "GG036" and "v25.10.1" in issue.message
