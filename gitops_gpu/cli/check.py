@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from gitops_gpu.cli import verify_args
 from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
@@ -53,6 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     c.add_argument("--status-backend", default="gitnotes", help="see `controller --help`")
     c.add_argument("--status-token-file", type=Path)
+    verify_args.add_arguments(c)
     c.set_defaults(func=check)
 
     p = sub.add_parser("compile", help="write the compiled objects as YAML, one file per object")
@@ -63,6 +65,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def check(args: argparse.Namespace) -> int:
+    try:
+        untrusted = verify_args.check_commit(args)  # before reading anything of the commit
+    except GitopsGpuError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if untrusted is not None:
+        return untrusted
     try:
         result = run_preflight(
             args.path,

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from gitops_gpu import kube
+from gitops_gpu.cli import verify_args
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
@@ -55,10 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
+    verify_args.add_arguments(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    verifier = verify_args.verifier(args)  # a bad KEYS stops the start here, loudly
     client = kube.Client.from_kubeconfig(args.kubeconfig)
     cfg = Config(
         repo=args.repo,
@@ -70,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         crds_dir=args.crds,
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,
+        verifier=verifier,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     ctl = Controller(cfg, client, metrics=metrics)

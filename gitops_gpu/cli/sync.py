@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube
+from gitops_gpu.cli import verify_args
 from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
@@ -33,6 +34,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--stage")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--cache-dir", type=Path, help="where fetched repos are kept")
+    verify_args.add_arguments(p)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +61,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
-    _src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    verify_args.require_trusted(args, src.repo.git_dir, sha)
     return sha, path, fleet_compile.compile_fleet(loader.load_repo(path), sha)
 
 
@@ -106,6 +109,9 @@ def _plan(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
         return 2
+    except verify_args.UntrustedCommitError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     plans = [p for _e, p in engines]
     nvml = [] if args.no_nvml else _nvml_drift(engines, compiled)
     _emit(args, plans, {"nvmlDrift": [d.as_dict() for d in nvml]})
@@ -119,7 +125,12 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    _src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    try:
+        verify_args.require_trusted(args, src.repo.git_dir, sha)
+    except verify_args.UntrustedCommitError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     result = run_preflight(path, commit=sha)
     errors = [f for f in result.findings if f.severity == "error"]
     if errors or result.compiled is None:
