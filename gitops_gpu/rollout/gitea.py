@@ -2,7 +2,11 @@
 
 POST /api/v1/repos/{owner}/{repo}/statuses/{sha} with {state, target_url, description, context};
 GET /api/v1/repos/{owner}/{repo}/commits/{ref}/statuses?page=&limit=. Listings name the state
-``status``; Gitea's extra ``warning`` state reads as failure (we never write it).
+``status``; Gitea's extra ``warning`` and ``skipped`` states read as failure (we never write
+them). Listings are newest first by creation second, equal seconds by ascending id: we sort by id.
+
+A commit the forge does not have answers 404 on GET and 500 (!) on POST; both are reported as
+"commit <sha> is not on the forge", not as a missing repository or an unhealthy server.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from gitops_gpu.errors import StatusBackendError
 from gitops_gpu.rollout.httpclient import (
     MAX_PAGES,
     HttpClient,
+    HttpStatusError,
     Retry,
     check_sha,
     next_link,
@@ -48,14 +54,31 @@ class GiteaBackend(StatusBackend):
             retry=retry,
             sleep=sleep,
         )
+        # Diagnosis after a failure: one attempt each, no retries.
+        self._probe = HttpClient(
+            "gitea",
+            server_url.rstrip("/") + "/api/v1",
+            headers,
+            secret=token,
+            token_source=token_source,
+            retry=Retry(attempts=1),
+            sleep=sleep,
+        )
         self._repo_path = f"/repos/{_q(owner)}/{_q(repo)}"
+        self._repo = f"{owner}/{repo}"
+        self._server = server_url.rstrip("/")
         self._limit = limit
 
     def list_statuses(self, sha: str) -> list[CommitStatus]:
         path = f"{self._repo_path}/commits/{check_sha(sha)}/statuses"
         seen: dict[int, dict[str, Any]] = {}
         for page in range(1, MAX_PAGES + 1):
-            reply = self._client.request("GET", path, query={"page": page, "limit": self._limit})
+            try:
+                reply = self._client.request(
+                    "GET", path, query={"page": page, "limit": self._limit}
+                )
+            except HttpStatusError as exc:
+                raise self._explain(exc, sha, exc.status == 404) from None
             items = reply.data or []
             for item in items:
                 seen.setdefault(int(item["id"]), item)
@@ -76,9 +99,32 @@ class GiteaBackend(StatusBackend):
             "description": fit_description(status.description),
             "target_url": status.target_url,
         }
-        self._client.request(
-            "POST", f"{self._repo_path}/statuses/{check_sha(status.sha)}", body=body
-        )
+        try:
+            self._client.request(
+                "POST", f"{self._repo_path}/statuses/{check_sha(status.sha)}", body=body
+            )
+        except HttpStatusError as exc:
+            raise self._explain(exc, status.sha, 500 <= exc.status < 600) from None
+
+    def _explain(self, exc: HttpStatusError, sha: str, suspect: bool) -> StatusBackendError:
+        """Gitea answers a commit it lacks with 404 (GET) or 500 (POST): say so when it is that."""
+        if not suspect:
+            return exc
+        try:
+            self._probe.request("GET", self._repo_path)
+        except HttpStatusError:
+            return exc  # the repository itself is missing or the server is down: as reported
+        try:
+            self._probe.request("GET", f"{self._repo_path}/git/commits/{sha}")
+        except HttpStatusError as probe:
+            if probe.status in (404, 422):
+                return StatusBackendError(
+                    f"gitea: commit {sha} is not on the forge ({self._repo} at {self._server})",
+                    fix="push the commit to that repository first (a status can only be set on "
+                    "a commit the forge has), and check that the status backend names the "
+                    "repository the fleet is read from",
+                )
+        return exc
 
 
 def _q(part: str) -> str:

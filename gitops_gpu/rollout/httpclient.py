@@ -54,6 +54,14 @@ class Response:
     data: Any
 
 
+class HttpStatusError(StatusBackendError):
+    """The provider answered with an HTTP error status (``status``; 0: no answer at all)."""
+
+    def __init__(self, message: str, *, fix: str = "", status: int = 0) -> None:
+        super().__init__(message, fix=fix)
+        self.status = status
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # urllib would replay the Authorization header to wherever a redirect points.
     def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
@@ -126,7 +134,7 @@ class HttpClient:
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = "application/json"
-        problem = ""
+        problem, code = "", 0
         for attempt in range(1, self.retry.attempts + 1):
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             retry_after: str | None = None
@@ -139,11 +147,13 @@ class HttpClient:
             except urllib.error.HTTPError as exc:
                 text = self.redact(exc.read(2000).decode("utf-8", "replace").strip())
                 problem = f"HTTP {exc.code} {self.redact(str(exc.reason))}: {text[:300]}"
+                code = exc.code
                 if exc.code != 429 and not 500 <= exc.code < 600:
                     raise self._error(method, shown, exc.code, problem) from None
                 retry_after = exc.headers.get("Retry-After") if exc.headers else None
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
                 problem = self.redact(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+                code = 0
             if attempt < self.retry.attempts:
                 delay = self.retry.delay(attempt, retry_after)
                 log.warning(
@@ -157,10 +167,11 @@ class HttpClient:
                     delay,
                 )
                 self._sleep(delay)
-        raise StatusBackendError(
+        raise HttpStatusError(
             f"{self.provider}: {method} {shown} failed after {self.retry.attempts} attempts: "
             f"{problem}",
             fix=f"check that {self._origin} is reachable and healthy; the pass will retry",
+            status=code,
         )
 
     def _url(self, path_or_url: str, query: Mapping[str, str | int] | None) -> str:
@@ -190,7 +201,7 @@ class HttpClient:
                 fix=f"check that {self.base_url} is the {self.provider} API URL",
             ) from None
 
-    def _error(self, method: str, shown: str, code: int, problem: str) -> StatusBackendError:
+    def _error(self, method: str, shown: str, code: int, problem: str) -> HttpStatusError:
         fixes = {
             401: f"the token from {self._token_source} was rejected: renew it or point "
             "--status-token-file/the env var at a valid one",
@@ -200,7 +211,9 @@ class HttpClient:
             f"{self._token_source} can see it",
         }
         fix = fixes.get(code, "the provider refused the request; see its message above")
-        return StatusBackendError(f"{self.provider}: {method} {shown}: {problem}", fix=fix)
+        return HttpStatusError(
+            f"{self.provider}: {method} {shown}: {problem}", fix=fix, status=code
+        )
 
 
 def _origin(url: str) -> str:

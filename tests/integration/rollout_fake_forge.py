@@ -5,6 +5,12 @@ auth and content headers, JSON body fields, allowed states, description length; 
 transitions too. A deviation is answered with HTTP 400 AND recorded in ``errors``, which the test
 fixture asserts empty, so a test cannot pass by accident on a malformed request.
 
+Its Gitea agrees with real Gitea 1.27 (tests/integration/test_forge_contract.py runs the same
+tests against both): any state Gitea knows is accepted, ``skipped`` included; descriptions have
+no length limit; a commit it does not have (when ``commits`` is given) answers 404 on GET and
+500 on POST; listings are newest first by creation SECOND, equal seconds by ascending id.
+It is kept for what a real server will not do on demand: 429s, 5xx and shifting pages.
+
 Listings are served in tiny pages (``page_size``) so pagination is always exercised; ``fail``
 queues error codes for the next requests; ``after_page`` runs after a listing page is served
 (tests add a status there, shifting later pages like a real server does).
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,7 +31,7 @@ from typing import Any
 OWNER, REPO, PROJECT = "fleet-org", "gpu-fleet", "infra/gpu-fleet"
 STATES = {
     "github": {"error", "failure", "pending", "success"},
-    "gitea": {"pending", "success", "error", "failure", "warning"},
+    "gitea": {"pending", "success", "error", "failure", "warning", "skipped"},
     "gitlab": {"pending", "running", "success", "failed", "canceled"},
 }
 BODY_KEYS = {
@@ -44,9 +51,16 @@ BODY_KEYS = {
 _SHA = r"[0-9a-f]{40}"
 
 
+# GitHub's documented limit; Gitea has none (a 1000-character description is stored whole).
+MAX_DESCRIPTION = {"github": 140, "gitlab": 140, "gitea": None}
+
+
 class FakeForge:
-    def __init__(self, kind: str, token: str) -> None:
+    def __init__(self, kind: str, token: str, commits: set[str] | None = None) -> None:
         self.kind, self.token = kind, token
+        # The commits the forge has (Gitea only): None accepts every SHA.
+        self.commits = commits
+        self.clock = time.time
         self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
         self.errors: list[str] = []
         self.requests: list[tuple[str, str]] = []
@@ -77,7 +91,8 @@ class FakeForge:
 
     def _create(self, sha: str, context: str, state: str, desc: str, url: str) -> dict[str, Any]:
         self._next_id += 1
-        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        second = int(self.clock())  # servers keep creation times to the second
+        stamp = datetime.fromtimestamp(second, UTC).isoformat().replace("+00:00", "Z")
         job = {"id": self._next_id, "description": desc, "target_url": url, "created_at": stamp}
         if self.kind == "gitlab":
             job.update(name=context, status=state, sha=sha)
@@ -124,11 +139,35 @@ class FakeForge:
                 repo = f"{base}/repos/{OWNER}/{REPO}"
                 write, read = rf"{repo}/statuses/({_SHA})", rf"{repo}/commits/({_SHA})/statuses"
             if method == "POST" and (m := re.fullmatch(write, path)):
+                if not self._has(m.group(1)):
+                    # Real Gitea: an internal error, not a 404 or 422.
+                    return 500, {}, {"message": f"GetCommit[{m.group(1)}]: object does not exist"}
                 return self._post(m.group(1), body, headers)
             if method == "GET" and (m := re.fullmatch(read, path)):
+                if not self._has(m.group(1)):
+                    return 404, {}, {"message": "Not Found", "errors": [f"{m.group(1)}"]}
                 return self._list(m.group(1), params, path)
+            if self.kind == "gitea" and method == "GET" and path == repo:
+                return 200, {}, {"full_name": f"{OWNER}/{REPO}"}
+            if (
+                self.kind == "gitea"
+                and method == "GET"
+                and (m := re.fullmatch(rf"{repo}/git/commits/({_SHA})", path))
+            ):
+                if not self._has(m.group(1)):
+                    return 404, {}, {"message": "Not Found"}
+                return 200, {}, {"sha": m.group(1)}
+            if (
+                self.kind == "gitea"
+                and path.startswith(f"{base}/repos/")
+                and (not path.startswith(f"{repo}/"))
+            ):
+                return 404, {}, {"message": "The target couldn't be found.", "errors": []}
             self.errors.append(f"unexpected request {method} {raw_path}")
             return 404, {}, {"message": "Not Found"}
+
+    def _has(self, sha: str) -> bool:
+        return self.kind != "gitea" or self.commits is None or sha in self.commits
 
     def _check_headers(self, method: str, headers: dict[str, str]) -> list[str]:
         expected = {
@@ -168,11 +207,11 @@ class FakeForge:
             problems.append(f"unknown body fields {sorted(extra)}")
         if body.get("state") not in STATES[self.kind]:
             problems.append(f"state {body.get('state')!r} not allowed")
-        if (
-            not isinstance(body.get("description", ""), str)
-            or len(body.get("description", "")) > 140
+        limit = MAX_DESCRIPTION[self.kind]
+        if not isinstance(body.get("description", ""), str) or (
+            limit is not None and len(body.get("description", "")) > limit
         ):
-            problems.append("description missing, not a string or over 140 characters")
+            problems.append(f"description not a string or over {limit} characters")
         context = body.get("name") if self.kind == "gitlab" else body.get("context")
         if not isinstance(context, str) or not context:
             problems.append("no context/name")
@@ -217,8 +256,11 @@ class FakeForge:
 
     def _list(self, sha: str, params: dict[str, str], path: str) -> tuple[int, dict[str, str], Any]:
         jobs = list(self.jobs.get(sha, []))
-        if self.kind != "gitlab":
-            jobs.reverse()  # GitHub and Gitea list newest first
+        if self.kind == "gitea":
+            # ORDER BY created_unix DESC: equal seconds keep insertion (ascending id) order.
+            jobs.sort(key=lambda j: (-_second(j["created_at"]), j["id"]))
+        elif self.kind == "github":
+            jobs.reverse()  # newest first
         size_key = {"github": "per_page", "gitea": "limit", "gitlab": "per_page"}[self.kind]
         size = min(int(params.get(size_key, "30")), self.page_size)
         page = int(params.get("page", "1"))
@@ -243,6 +285,10 @@ class FakeForge:
         if self.after_page is not None:
             self.after_page(page)
         return 200, headers, chunk
+
+
+def _second(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
 
 
 def _handler(forge: FakeForge) -> type[BaseHTTPRequestHandler]:
