@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import names, paths
 from gitops_gpu.controller import Config, Controller
+from gitops_gpu.demo_trust import DemoTrust
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import CommitStatus, approval_context, stage_context
@@ -145,7 +146,14 @@ def _wait(
     return False
 
 
-def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 2, say: Say = print) -> int:
+def run(
+    workdir: Path,
+    *,
+    keep: bool = False,
+    nodes_per_pool: int = 2,
+    say: Say = print,
+    verify_signatures: bool = False,
+) -> int:
     workdir = workdir.resolve()
     # Connection retries while the control plane stops are expected; keep the story readable.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
@@ -163,10 +171,19 @@ def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 2, say: Say 
     try:
         _nodes_table(tb, say)
         repo = DemoRepo(workdir)
+        trust = DemoTrust(workdir, say) if verify_signatures else None
+        if trust is not None:
+            trust.sign_commits(repo)
         repo.edit_yaml("fleet.yaml", _shorten_gates)
         first = repo.commit("fleet-repo-example (demo: gates shortened to seconds)")
         ctl = Controller(
-            Config(repo=str(repo.bare), cache_dir=workdir / "cache", interval=1.0), tb.client
+            Config(
+                repo=str(repo.bare),
+                cache_dir=workdir / "cache",
+                interval=1.0,
+                verifier=trust.verifier if trust is not None else None,
+            ),
+            tb.client,
         )
         controllers.append(ctl)
         thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
@@ -183,6 +200,8 @@ def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 2, say: Say 
             180,
             lambda: approve(first, stages),
         )
+        if trust is not None:
+            ok = trust.unsigned_held_back(repo, ctl, stages, say) and ok
         say("\n== bumping the driver 580.126.20 -> 580.142.01")
         repo.edit_yaml("base/clusterpolicy.yaml", _bump_driver("580.142.01"))
         bump = repo.commit("driver: bump to 580.142.01")

@@ -20,6 +20,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--keep", action="store_true", help="leave the control plane running")
     p.add_argument("--nodes-per-pool", type=int, default=2)
+    p.add_argument(
+        "--verify-signatures",
+        action="store_true",
+        help="sign the demo's commits with a generated key, trust only it, and show an "
+        "unsigned commit held back (docs/trust.md)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -29,4 +35,9 @@ def _run(args: argparse.Namespace) -> int:
         session.stop(args.dir / "testbed")
         shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
-    return demo.run(args.dir, keep=args.keep, nodes_per_pool=args.nodes_per_pool)
+    return demo.run(
+        args.dir,
+        keep=args.keep,
+        nodes_per_pool=args.nodes_per_pool,
+        verify_signatures=args.verify_signatures,
+    )
