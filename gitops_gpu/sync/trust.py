@@ -147,12 +147,12 @@ class Verifier:
         return self._check(repo, "verify-commit", sha, header)
 
     def _tag(self, repo: str, tag: str) -> Verdict:
-        raw = self._git(repo, "cat-file", "tag", tag)
+        raw = self._git(repo, "cat-file", "tag", f"refs/tags/{tag}")
         if raw.returncode != 0:
             return untrusted("error", f"signature check failed: {_line(raw.stderr)}")
         if "-----BEGIN " not in raw.stdout:
             return untrusted("unsigned", "unsigned")
-        return self._check(repo, "verify-tag", tag, raw.stdout)
+        return self._check(repo, "verify-tag", f"refs/tags/{tag}", raw.stdout)
 
     def _tags(self, repo: str, sha: str) -> tuple[str, ...]:
         """Annotated tags whose object is ``sha`` itself (a tag of a tag does not count)."""
@@ -160,14 +160,14 @@ class Verifier:
             repo,
             "for-each-ref",
             f"--points-at={sha}",
-            "--format=%(objecttype) %(*objectname) %(refname:short)",
+            "--format=%(objecttype) %(*objectname) %(refname)",
             "refs/tags",
         )
         tags = []
         for line in out.stdout.splitlines():
             otype, target, name = [*line.split(" ", 2), "", ""][:3]
             if otype == "tag" and target == sha:
-                tags.append(name)
+                tags.append(name.removeprefix("refs/tags/"))
         return tuple(sorted(tags))
 
     def _check(self, repo: str, verb: str, obj: str, signed: str) -> Verdict:

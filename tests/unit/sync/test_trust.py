@@ -247,3 +247,31 @@ def test_missing_tools_refuse_to_load(
     with pytest.raises(TrustConfigError, match="needs gpg, ssh-keygen on PATH"):
         Verifier(ok)
     assert os.environ["PATH"] == str(only_git)
+
+
+def test_a_mounted_secret_and_its_atomic_update(
+    tmp_path: Path, repo: Path, signers: Signers, keys: dict[str, str]
+) -> None:
+    """KEYS laid out as the kubelet writes a Secret volume (files are links into ..data, which
+    is swapped atomically on update): loaded, and a rotation is seen at the next check."""
+    mount = tmp_path / "trusted-keys"
+    mount.mkdir()
+
+    def publish(version: str, files: dict[str, str]) -> None:
+        target = mount / f"..{version}"
+        target.mkdir()
+        for name, text in files.items():
+            (target / name).write_text(text)
+            link = mount / name
+            if not link.is_symlink():
+                link.symlink_to(f"..data/{name}")
+        tmp_link = mount / "..data_tmp"
+        tmp_link.symlink_to(target.name)
+        tmp_link.rename(mount / "..data")
+
+    publish("v1", {"team.asc": signers.export(keys["alice"])})
+    v = Verifier(mount)
+    alice = signers.commit(repo, "alice", keys["alice"])
+    assert v.verify(repo, alice).trusted and v.keys.openpgp == (keys["alice"],)
+    publish("v2", {"team.asc": signers.export(keys["gone"])})
+    assert v.verify(repo, alice).reason == f"signed by an unknown key {keys['alice']}"
