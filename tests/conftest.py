@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from forge_fixtures import gitea_repo_factory, gitea_server  # noqa: F401 (fixtures: real Gitea)
 
 from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from gitops_gpu import kube
+from gitops_gpu import kube, paths
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.testbed import build, controlplane, session, simulator
+from gitops_gpu.testbed import gitea as forge
 from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.reports import SnapshotReports
 
@@ -29,6 +30,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also run the GPU Operator/NVML simulator (stopped by `down`)",
     )
     u.add_argument("--tick", type=float, default=0.5, help="simulator time step in seconds")
+    u.add_argument(
+        "--forge",
+        action="store_true",
+        help="also run Gitea with the fleet repo pushed to it (see DIR/forge.json)",
+    )
+    u.add_argument(
+        "--forge-webhook",
+        default=forge.DEFAULT_WEBHOOK_URL,
+        help="where Gitea sends signed push webhooks (default: the controller's default address)",
+    )
     u.set_defaults(func=_up)
     s = tsub.add_parser("simulate", help="run the GPU Operator/NVML simulator in the foreground")
     s.add_argument("--dir", required=True, type=Path)
@@ -49,6 +60,7 @@ def _build(_args: argparse.Namespace) -> int:
     bins = build.ensure_binaries()
     for name, value in vars(bins).items():
         print(f"{name}: {value}")
+    print(f"gitea: {forge.ensure_gitea()}")
     return 0
 
 
@@ -63,11 +75,29 @@ def _up(args: argparse.Namespace) -> int:
     if args.simulate:
         controlplane.spawn_simulator(tb.state, args.tick)
         print(f"simulator running (tick {args.tick}s); log in {tb.dir / 'logs' / 'simulator.log'}")
+    if args.forge:
+        try:
+            _up_forge(args, tb)
+        except GitopsGpuError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            session.stop(args.dir)
+            return 1
     print(f"testbed up: {tb.state.server}")
     print(f"  export KUBECONFIG={tb.kubeconfig}")
     print(f"  {len(tb.node_names)} fake GPU nodes; logs in {tb.dir / 'logs'}")
     print(f"  stop with: gitops-gpu testbed down --dir {args.dir}")
     return 0
+
+
+def _up_forge(args: argparse.Namespace, tb: session.Testbed) -> None:
+    fleet = args.fleet or paths.fleet_example()
+    f = forge.up(tb.state, fleet, webhook_url=args.forge_webhook, progress=build._stderr)
+    print(f"forge up: {f.url} (repo {f.repo}); {tb.dir / 'forge.json'}")
+    print(f"  export GITOPS_GPU_STATUS_TOKEN=$(cat {f.token_file})")
+    print(
+        f"  gitops-gpu controller --repo {f.clone_url} --status-backend {f.status_backend}"
+        f" --kubeconfig {tb.kubeconfig} --webhook-secret-file {f.work / 'webhook-secret'}"
+    )
 
 
 def _down(args: argparse.Namespace) -> int:
