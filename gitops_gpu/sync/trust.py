@@ -257,6 +257,8 @@ def _ssh_verdict(rc: int, text: str) -> Verdict:
         principal, algo, fp = good.groups()
         return Verdict(True, f"signed by {principal} (SSH {algo} {fp})")
     anyone = _SSH_ANY.search(text)
+    if anyone and "key has expired" in text:  # allowed-signers valid-before in the past
+        return untrusted("expired_key", f"signature by an expired key {anyone.group(2)}")
     if anyone and "No principal matched" in text:
         return untrusted("unknown_key", f"signed by an unknown key {anyone.group(2)}")
     if "incorrect signature" in text or "verification failed" in text.lower():

@@ -97,6 +97,13 @@ def test_head_mode_verdicts(
         check=True,
     ).stdout.split()[1]
     assert v.verify(repo, trudy).reason == f"signed by an unknown key {fp}"
+    # An SSH key whose allowed-signers entry ended (valid-before in the past).
+    (keys_dir / "allowed_signers").write_text(
+        f'eve@example.com namespaces="git",valid-before="20200101" {ssh["eve"][1]}\n'
+    )
+    ended = v.verify(repo, eve)
+    assert (ended.trusted, ended.kind) == (False, "expired_key")
+    assert ended.reason.startswith("signature by an expired key SHA256:")
     expired = v.verify(repo, old)
     assert not expired.trusted and expired.kind == "expired_key"
     assert expired.reason == f"signature by an expired key {keys['old']}"
