@@ -14,7 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from forge_fixtures import gitea_repo_factory, gitea_server  # noqa: F401 (fixtures: real Gitea)
+from forge_fixtures import (  # noqa: F401 (fixtures: the real Gitea)
+    gitea_binary,
+    gitea_repo_factory,
+    gitea_server,
+)
 
 from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError

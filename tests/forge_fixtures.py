@@ -25,15 +25,22 @@ FORGE_DIR = Path(
 
 
 @pytest.fixture(scope="session")
-def gitea_server() -> Iterator[gitea.Forge]:
-    """A running Gitea with an admin token (no repository)."""
-    if gitea.find_gitea() is None:
+def gitea_binary() -> Path:
+    """The cached Gitea binary; its absence fails the test with the command that builds it."""
+    binary = gitea.find_gitea()
+    if binary is None:
         pytest.fail(
             f"the Gitea binary is missing at {gitea.gitea_path()}: tests that need the real "
             "forge cannot run. Build it once with `gitops-gpu testbed build` (or `make binaries`; "
-            "about 10 minutes cold)",
+            "about 11 minutes cold on 2 cores)",
             pytrace=False,
         )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def gitea_server(gitea_binary: Path) -> Iterator[gitea.Forge]:
+    """A running Gitea with an admin token (no repository)."""
     directory = FORGE_DIR.resolve()
     if (directory / "state.json").exists():
         controlplane.down(directory)  # left by a run killed hard
@@ -41,7 +48,7 @@ def gitea_server() -> Iterator[gitea.Forge]:
     state = controlplane.State(dir=str(directory))
     state.save()
     try:
-        forge = gitea.start(state, die_with_parent=True)
+        forge = gitea.start(state, binary=gitea_binary, die_with_parent=True)
     except GitopsGpuError as exc:
         controlplane.down(directory)
         pytest.fail(f"Gitea could not start:\n{exc}", pytrace=False)

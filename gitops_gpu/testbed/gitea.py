@@ -470,9 +470,11 @@ def start(
                 timeout,
             )
             break
-        except TestbedError:
+        except TestbedError as exc:
             if not controlplane._port_in_use_error(state, PROCESS):
-                raise
+                raise TestbedError(
+                    f"gitea failed to start: {' '.join(argv)}\n{exc.args[0]}", fix=exc.fix
+                ) from None
     else:
         raise TestbedError("gitea: no free port after 3 tries", fix="free some loopback ports")
     password = secrets.token_hex(16)
