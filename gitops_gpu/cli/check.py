@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="GPU Operator CRD directory (default: <project>/../shared/upstream/gpu-operator/crds)",
     )
     c.add_argument("--commit", help="commit stamped on compiled objects (default: git HEAD)")
+    c.add_argument(
+        "--recipes",
+        type=Path,
+        metavar="DIR",
+        help="an AICR recipes/ directory (e.g. a checkout of NVIDIA/aicr): compare pools that "
+        "name a recipe (pool.yaml spec.recipe) with it",
+    )
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument(
         "--post-status",
@@ -79,6 +86,7 @@ def check(args: argparse.Namespace) -> int:
             base_rev=args.base,
             crds_dir=args.crds,
             kubeconfig=args.kubeconfig,
+            recipes_dir=args.recipes,
         )
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -108,10 +116,12 @@ def status_description(result: PreflightResult) -> str:
     counts = summary(result.findings)
     errors, warnings = counts.get("error", 0), counts.get("warning", 0)
     first = next((f for f in result.findings if f.severity == "error"), None)
+    worst = next((f for f in result.findings if f.severity == "warning"), None)
     head = (
         f"{errors} errors: {first.code} {first.message}"
         if first
-        else f"clean ({warnings} warnings)"
+        else f"clean ({warnings} warnings"
+        + (f"; worst {worst.code} {worst.message})" if worst else ")")
     )
     if result.plan is not None and first is None:
         pools = sorted({p.pool for s in result.plan.stages for p in s.pools})

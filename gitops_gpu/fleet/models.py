@@ -120,6 +120,9 @@ class Metadata(_Model):
 class ClusterRef(_Model):
     name: StrictStr
     context: StrictStr | None = None
+    # The GPU Operator release (its Helm chart version, e.g. v25.10.1) this cluster runs:
+    # preflight checks the pools' drivers against it and compares it with AICR recipes.
+    gpu_operator_version: StrictStr | None = None
 
     @field_validator("name")
     @classmethod
@@ -150,6 +153,8 @@ class FleetSpec(_Model):
     base: StrictStr | None = None
     clusters: list[ClusterRef] | None = None
     stages: list[Stage] = Field(min_length=1)
+    # How a pool's deviation from its AICR recipe (NodePool spec.recipe) is reported.
+    recipe_policy: Literal["warn", "enforce"] = "warn"
 
 
 class Fleet(_Model):
@@ -166,6 +171,32 @@ class Fleet(_Model):
 
 class GpuSpec(_Model):
     product: StrictStr | None = None
+    # The CUDA version the pool's workloads are built for ("12.8"): the driver must run it.
+    cuda: StrictStr | None = None
+
+    @field_validator("cuda")
+    @classmethod
+    def _cuda(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d{1,2}\.\d{1,2}", v):
+            raise ValueError(f"'{v}' is not a CUDA version like '12.8' or '13.0'")
+        return v
+
+
+class RecipeCriteria(_Model):
+    """AICR query criteria; a field left out means "any", as in AICR."""
+
+    service: StrictStr | None = None
+    accelerator: StrictStr | None = None
+    os: StrictStr | None = None
+    intent: StrictStr | None = None
+    platform: StrictStr | None = None
+
+
+class RecipeRef(_Model):
+    """spec.recipe: the AICR recipe a pool follows, by overlay name or by criteria."""
+
+    name: StrictStr | None = None
+    criteria: RecipeCriteria | None = None
 
 
 class NodePoolSpec(_Model):
@@ -179,6 +210,21 @@ class NodePoolSpec(_Model):
     disabled_components: list[Component] = Field(default_factory=list)
     # Not a ClusterPolicy field: NVIDIADriver.driverType (immutable) is chosen per pool here.
     driver_type: Literal["gpu", "vgpu", "vgpu-host-manager"] = "gpu"
+    # The AICR recipe the pool follows: `recipe: <overlay name>` or `recipe: {criteria: {...}}`.
+    recipe: RecipeRef | None = None
+
+    @field_validator("recipe", mode="before")
+    @classmethod
+    def _recipe(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"name": v}
+        if isinstance(v, dict) and ("name" in v) == ("criteria" in v):
+            raise ValueError(
+                "give the recipe either by name (recipe: h100-eks-ubuntu-training) or by "
+                "criteria (recipe: {criteria: {service: eks, accelerator: h100}}), not both "
+                "or neither"
+            )
+        return v
 
     @field_validator("node_selector")
     @classmethod

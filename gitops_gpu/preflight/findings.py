@@ -72,6 +72,37 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.INFO,
         "the version matrix could not judge the pool (unknown product, branch or version)",
     ),
+    "GG037": (Severity.ERROR, "the driver cannot run the CUDA version the pool states"),
+    "GG038": (
+        Severity.WARNING,
+        "the driver branch is newer than the cluster's GPU Operator release was published with",
+    ),
+    "GG050": (
+        Severity.ERROR,
+        "the pool's AICR recipe does not resolve (unknown name or criteria value, no overlay "
+        "matches, a cycle in spec.base, a missing mixin or values file)",
+    ),
+    "GG051": (Severity.ERROR, "a file of the AICR recipes directory is malformed"),
+    "GG052": (
+        Severity.WARNING,
+        "the pool's driver version differs from its recipe's (error with recipePolicy: enforce)",
+    ),
+    "GG053": (
+        Severity.WARNING,
+        "the cluster's GPU Operator version differs from the recipe's chart version "
+        "(error with recipePolicy: enforce)",
+    ),
+    "GG054": (
+        Severity.WARNING,
+        "the pool's ClusterPolicy contradicts a GPU Operator value its recipe pins "
+        "(error with recipePolicy: enforce)",
+    ),
+    "GG055": (
+        Severity.WARNING,
+        "the live cluster fails a recipe constraint: Kubernetes version or node OS "
+        "(error with recipePolicy: enforce)",
+    ),
+    "GG056": (Severity.INFO, "a recipe comparison could not be made (what is missing is named)"),
     "GG040": (Severity.INFO, "the base revision could not be compared"),
 }
 
@@ -87,6 +118,7 @@ class Finding:
     pool: str = ""
     cluster: str = ""
     severity: Severity = Severity.ERROR
+    source: str = ""  # where the rule comes from: a version-matrix row, an AICR recipe file
 
     @classmethod
     def make(cls, code: str, message: str, **kw: Any) -> Finding:

@@ -20,7 +20,16 @@ from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
 from gitops_gpu.fleet.models import DriverSettings
-from gitops_gpu.preflight import checks, conformance, history, live, matrix
+from gitops_gpu.preflight import (
+    checks,
+    compat,
+    conformance,
+    history,
+    live,
+    matrix,
+    recipe_check,
+    recipe_live,
+)
 from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
 from gitops_gpu.preflight.plan import Plan, make_plan
 from gitops_gpu.preflight.schema import load_crds
@@ -51,13 +60,15 @@ def run_preflight(
     kubeconfig: str | None = None,
     client_factory: live.ClientFactory | None = None,
     today: datetime.date | None = None,
+    recipes_dir: Path | str | None = None,
 ) -> PreflightResult:
     """Check the fleet repo at ``repo_path``.
 
     ``commit`` is stamped on compiled objects (default: HEAD of the enclosing git repo).
     ``live_nodes`` (cluster -> Node objects) replaces declared GPU products and enables the
     node-overlap check; ``kubeconfig`` (or ``client_factory``, a context -> client callable)
-    reads them from the clusters and adds a server-side dry-run.
+    reads them from the clusters and adds a server-side dry-run. ``recipes_dir`` (an AICR
+    recipes/ directory) compares pools that name a recipe with it (preflight/recipe_check.py).
     """
     root = Path(repo_path)
     if not root.is_dir():
@@ -97,6 +108,11 @@ def run_preflight(
     if nodes:
         findings += checks.live_overlaps(repo, nodes)
     findings += _matrix(repo, compiled, nodes, today or datetime.date.today())
+    versions = {c: v for c, cl in clients.items() if (v := recipe_live.server_version(cl))}
+    ctx = recipe_check.Context(
+        repo, compiled, crds[("nvidia.com/v1", "ClusterPolicy")], nodes, versions
+    )
+    findings += recipe_check.check(ctx, recipes_dir)
     if clients:
         findings += live.dry_run(repo, compiled, clients)
 
@@ -190,6 +206,11 @@ def _matrix(
             )
             if target.mig_config:
                 issues += matrix.check_mig(target.mig_config, gpus, custom_mig)
+            if src.model.spec.gpu.cuda:
+                issues += compat.check_cuda(src.model.spec.gpu.cuda, target.driver_version)
+            release = compat.operator_version(repo, cluster.name)
+            if release:
+                issues += compat.check_operator(release, target.driver_version)
             for issue in issues:
                 file, line = _anchor(repo, name, issue.anchor)
                 out.append(
@@ -202,6 +223,7 @@ def _matrix(
                         pool=name,
                         cluster=cluster.name,
                         field=issue.anchor,
+                        source=issue.source,
                     )
                 )
     return out
@@ -211,6 +233,8 @@ def _anchor(repo: FleetRepo, pool: str, anchor: str) -> tuple[str, int]:
     doc = repo.pools[pool].pool_doc
     if anchor == "migConfig":
         return doc.file, doc.where(("spec", "migConfig"))[0]
-    if anchor == "product":
-        return doc.file, doc.where(("spec", "gpu", "product"))[0]
+    if anchor in ("product", "cuda"):
+        return doc.file, doc.where(("spec", "gpu", anchor))[0]
+    if anchor == "gpuOperatorVersion":
+        return compat.operator_version_where(repo, repo.pools[pool].model.spec.cluster)
     return fleet_compile.locate(repo, pool, ("spec", "driver", anchor))

@@ -1,0 +1,407 @@
+"""Preflight against AICR recipes: where a pool deviates from the recipe it names.
+
+A pool names its recipe in pool.yaml (``spec.recipe``: an overlay name, or criteria);
+``check --recipes DIR`` resolves it (recipe_resolve.py) and compares the recipe's
+gpu-operator component with what the pool compiles to:
+
+- the driver version (Helm ``driver.version``) with the pool's NVIDIADriver version (GG052);
+- the chart version with the cluster's ``gpuOperatorVersion`` in fleet.yaml (GG053);
+- every other value the recipe pins that is a ClusterPolicy field (the CRD schema says which:
+  chart-only values such as ``operator.resources`` and fields the CRD marks deprecated are not
+  compared) with the pool's merged ClusterPolicy, CRD defaults included (GG054). A value the
+  pool leaves unset and the CRD does not default is not a contradiction; env lists compare
+  per variable name;
+- with live nodes (``--kubeconfig``): the recipe's cluster constraints, Kubernetes version and
+  node OS (NFD labels), against the cluster (GG055).
+
+Deviations are warnings, errors with ``spec.recipePolicy: enforce`` in fleet.yaml. A recipe that
+does not resolve (GG050) and a malformed recipe file (GG051) are always errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitops_gpu.errors import FleetError
+from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
+from gitops_gpu.fleet.loader import FleetRepo
+from gitops_gpu.fleet.models import RecipeRef
+from gitops_gpu.fleet.yamlio import PathKey, dotted
+from gitops_gpu.preflight import checks, compat, recipe_live
+from gitops_gpu.preflight.findings import Finding, Severity
+from gitops_gpu.preflight.recipe_catalog import Catalog, RecipeFileError, load_catalog
+from gitops_gpu.preflight.recipe_resolve import Resolved, ResolveError, component_values, resolve
+from gitops_gpu.preflight.schema import CrdSchema
+
+OPERATOR = "gpu-operator"
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Context:
+    repo: FleetRepo
+    compiled: CompiledFleet
+    cluster_policy_schema: CrdSchema
+    nodes: Mapping[str, Sequence[Mapping[str, Any]]]
+    server_versions: Mapping[str, str]  # cluster -> "v1.36.3" (live only)
+
+
+def open_catalog(recipes_dir: Path | str) -> Catalog | Finding:
+    """The catalog, or a GG051 finding naming the malformed file and line."""
+    root = Path(recipes_dir)
+    if not root.is_dir():
+        raise FleetError(
+            f"recipes directory {root} does not exist",
+            file=str(root),
+            fix="pass --recipes the recipes/ directory of an AICR checkout",
+        )
+    try:
+        return load_catalog(root, str(recipes_dir))
+    except RecipeFileError as exc:
+        return Finding.make(
+            "GG051", exc.message, file=exc.file, line=exc.line, fix=exc.fix, source=exc.file
+        )
+
+
+def check(ctx: Context, recipes_dir: Path | str | None) -> list[Finding]:
+    pools = {n: p for n, p in ctx.repo.pools.items() if p.model.spec.recipe is not None}
+    if not pools:
+        return []
+    if recipes_dir is None:
+        return [
+            _finding(
+                ctx,
+                "GG056",
+                name,
+                "recipe",
+                f"pool '{name}' names an AICR recipe but "
+                "check ran without --recipes, so it is not compared",
+                fix="run `gitops-gpu "
+                "check --recipes DIR` with DIR the recipes/ directory of an AICR checkout",
+            )
+            for name in sorted(pools)
+        ]
+    catalog = open_catalog(recipes_dir)
+    if isinstance(catalog, Finding):
+        return [catalog]
+    out: list[Finding] = []
+    cache: dict[str, Resolved | ResolveError | RecipeFileError] = {}
+    for name, src in sorted(pools.items()):
+        ref = src.model.spec.recipe
+        assert ref is not None
+        key = _key(ref)
+        if key not in cache:
+            try:
+                cache[key] = resolve(catalog, ref.name, _criteria(ref))
+            except (ResolveError, RecipeFileError) as exc:
+                cache[key] = exc
+        got = cache[key]
+        if isinstance(got, RecipeFileError):
+            out.append(
+                Finding.make(
+                    "GG051", got.message, file=got.file, line=got.line, fix=got.fix, source=got.file
+                )
+            )
+        elif isinstance(got, ResolveError):
+            out.append(
+                _finding(
+                    ctx,
+                    "GG050",
+                    name,
+                    "recipe",
+                    f"pool '{name}': recipe {key} does not resolve in {recipes_dir}: {got.message}",
+                    fix=got.fix,
+                )
+            )
+        else:
+            try:
+                out += _compare(ctx, catalog, name, got)
+            except (ResolveError, RecipeFileError) as exc:
+                if isinstance(exc, RecipeFileError):
+                    out.append(
+                        Finding.make(
+                            "GG051",
+                            exc.message,
+                            file=exc.file,
+                            line=exc.line,
+                            fix=exc.fix,
+                            source=exc.file,
+                        )
+                    )
+                else:
+                    out.append(
+                        _finding(
+                            ctx,
+                            "GG050",
+                            name,
+                            "recipe",
+                            f"pool '{name}': recipe {got.asked}: {exc.message}",
+                            fix=exc.fix,
+                        )
+                    )
+    return out
+
+
+def _key(ref: RecipeRef) -> str:
+    if ref.name is not None:
+        return f"'{ref.name}'"
+    crit = _criteria(ref) or {}
+    return "criteria(" + ", ".join(f"{k}={v}" for k, v in crit.items() if v) + ")"
+
+
+def _criteria(ref: RecipeRef) -> dict[str, str | None] | None:
+    return ref.criteria.model_dump() if ref.criteria is not None else None
+
+
+def _severity(ctx: Context, code: str) -> Severity | None:
+    enforce = ctx.repo.fleet.spec.recipe_policy == "enforce"
+    return Severity.ERROR if enforce and code in ("GG052", "GG053", "GG054", "GG055") else None
+
+
+def _finding(
+    ctx: Context,
+    code: str,
+    pool: str,
+    anchor: str,
+    message: str,
+    *,
+    fix: str,
+    source: str = "",
+    where: tuple[str, int] | None = None,
+) -> Finding:
+    file, line = where or _pool_where(ctx.repo, pool, ("spec", anchor))
+    return Finding.make(
+        code,
+        message,
+        file=file,
+        line=line,
+        fix=fix,
+        pool=pool,
+        source=source,
+        cluster=ctx.repo.pools[pool].model.spec.cluster,
+        field=anchor,
+        severity=_severity(ctx, code),
+    )
+
+
+def _pool_where(repo: FleetRepo, pool: str, path: PathKey) -> tuple[str, int]:
+    doc = repo.pools[pool].pool_doc
+    return doc.file, doc.where(path)[0]
+
+
+def _compare(ctx: Context, cat: Catalog, pool: str, rec: Resolved) -> list[Finding]:
+    target = ctx.compiled.pool(pool)
+    out: list[Finding] = []
+    label = f"recipe {rec.leaf}" + (f" ({rec.asked})" if rec.asked != rec.leaf else "")
+    if rec.unmatched:
+        out.append(
+            _finding(
+                ctx,
+                "GG056",
+                pool,
+                "recipe",
+                f"pool '{pool}': no overlay is specific to "
+                f"{', '.join(rec.unmatched)}; {label} is generic there",
+                fix="name a recipe for this hardware, or add an overlay for it",
+            )
+        )
+    comp = rec.components.get(OPERATOR)
+    if comp is None:
+        out.append(
+            _finding(
+                ctx,
+                "GG056",
+                pool,
+                "recipe",
+                f"pool '{pool}': {label} has no gpu-operator component to compare with",
+                fix="name a GPU recipe",
+            )
+        )
+        return out
+    values, origins = component_values(cat, comp)
+    out += _driver_version(ctx, pool, target, label, values, origins)
+    out += _chart_version(ctx, pool, label, comp.fields.get("version"), comp.origins)
+    out += _values(ctx, pool, label, values, origins)
+    out += recipe_live.constraints(ctx, pool, label, rec, _finding)
+    return out
+
+
+def _driver_version(
+    ctx: Context,
+    pool: str,
+    target: PoolTarget,
+    label: str,
+    values: Mapping[str, Any],
+    origins: Mapping[PathKey, str],
+) -> list[Finding]:
+    want = (values.get("driver") or {}).get("version")
+    if want is None or str(want) == str(target.driver_version):
+        return []
+    where = fleet_compile.locate(ctx.repo, pool, ("spec", "driver", "version"))
+    have = target.driver_version or "no version (the operator's default)"
+    return [
+        _finding(
+            ctx,
+            "GG052",
+            pool,
+            "driver.version",
+            f"pool '{pool}': driver {have} differs from "
+            f"{label}'s {want} ({origins.get(('driver', 'version'), '?')})",
+            fix=f"pin driver.version: {want}, or follow a recipe validated with {have}",
+            source=origins.get(("driver", "version"), ""),
+            where=where,
+        )
+    ]
+
+
+def _chart_version(
+    ctx: Context, pool: str, label: str, want: Any, origins: Mapping[str, str]
+) -> list[Finding]:
+    cluster = ctx.repo.pools[pool].model.spec.cluster
+    have = compat.operator_version(ctx.repo, cluster)
+    where = compat.operator_version_where(ctx.repo, cluster)
+    if want is None:
+        return []
+    source = origins.get("version", "")
+    if have is None:
+        return [
+            _finding(
+                ctx,
+                "GG056",
+                pool,
+                "gpuOperatorVersion",
+                f"pool '{pool}': {label} pins GPU "
+                f"Operator chart {want} ({source}); cluster '{cluster}' declares no "
+                "gpuOperatorVersion, so the chart version is not compared",
+                fix=f"set gpuOperatorVersion under spec.clusters[name={cluster}] in fleet.yaml",
+                source=source,
+                where=where,
+            )
+        ]
+    if _v(have) == _v(str(want)):
+        return []
+    return [
+        _finding(
+            ctx,
+            "GG053",
+            pool,
+            "gpuOperatorVersion",
+            f"pool '{pool}': cluster '{cluster}' runs "
+            f"GPU Operator {have}, {label} is validated with chart {want} ({source})",
+            fix=f"move the cluster to GPU Operator {want}, or follow a recipe validated "
+            f"with {have}",
+            source=source,
+            where=where,
+        )
+    ]
+
+
+def _v(text: str) -> str:
+    return text.strip().removeprefix("v")
+
+
+def _schema_at(schema: Mapping[str, Any], path: PathKey) -> Mapping[str, Any] | None:
+    node: Mapping[str, Any] = schema["properties"]["spec"]
+    for key in path:
+        props = node.get("properties") or {}
+        if key not in props:
+            return None
+        node = props[key]
+        if str(node.get("description", "")).startswith("Deprecated"):
+            return None
+    return node
+
+
+def _pool_value(doc: Mapping[str, Any], schema: Mapping[str, Any], path: PathKey) -> Any:
+    node: Any = doc.get("spec") or {}
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return schema.get("default", _MISSING)
+        node = node[key]
+    return node
+
+
+def _leaves(values: Mapping[str, Any], prefix: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def _values(
+    ctx: Context,
+    pool: str,
+    label: str,
+    values: Mapping[str, Any],
+    origins: Mapping[PathKey, str],
+) -> list[Finding]:
+    doc = ctx.repo.merged_policy(pool)
+    schema = ctx.cluster_policy_schema.schema
+    out: list[Finding] = []
+    for path, want in _leaves(values):
+        if path == ("driver", "version"):
+            continue
+        node = _schema_at(schema, path)
+        if node is None:
+            continue  # chart-only value (operator.resources, ...) or a deprecated field
+        have = _pool_value(doc, node, path)
+        if have is _MISSING:
+            continue
+        for detail in _contradicts(want, have, label):
+            file, line = fleet_compile.locate(ctx.repo, pool, ("spec", *path))
+            field = dotted(path)
+            source = origins.get(path, "")
+            out.append(
+                _finding(
+                    ctx,
+                    "GG054",
+                    pool,
+                    field,
+                    f"pool '{pool}': {field} is {detail} ({source})",
+                    fix=f"set {field} as the recipe does, or follow another recipe",
+                    source=source,
+                    where=(file, line),
+                )
+            )
+    return out
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _contradicts(want: Any, have: Any, label: str) -> list[str]:
+    if isinstance(want, list) and isinstance(have, list) and _named(want) and _named(have):
+        theirs = {e["name"]: e.get("value") for e in have}
+        return [
+            f"{e['name']}={_show(theirs[e['name']])} where {label} pins {_show(e.get('value'))}"
+            for e in want
+            if e["name"] in theirs and str(theirs[e["name"]]) != str(e.get("value"))
+        ]
+    if _same(want, have):
+        return []
+    return [f"{_show(have)} where {label} pins {_show(want)}"]
+
+
+def _named(items: list[Any]) -> bool:
+    return all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in items)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    if isinstance(a, int | float | str) and isinstance(b, int | float | str):
+        return str(a) == str(b) or re.sub(r"^v", "", str(a)) == re.sub(r"^v", "", str(b))
+    return bool(a == b)
+
+
+def matched_nodes(ctx: Context, pool: str) -> list[Mapping[str, Any]]:
+    target = ctx.compiled.pool(pool)
+    return [n for n in ctx.nodes.get(target.cluster, []) if checks.matches(target.node_selector, n)]
