@@ -14,7 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitops_gpu import deploy_render
-from gitops_gpu.errors import BuildError
+from gitops_gpu.errors import BuildError, GitopsGpuError
 from gitops_gpu.testbed import build, helm
 from gitops_gpu.testbed.session import Testbed
 
@@ -201,6 +201,39 @@ def test_values_switch_features(helm_bin: Path) -> None:
     no_agent = render(helm_bin, f"fleet.repo={REPO}", "agent.enabled=false")
     assert not kinds(no_agent) & {"DaemonSet", "ValidatingAdmissionPolicy"}
     assert "gitops-gpu-agent" not in {d["metadata"]["name"] for d in no_agent}
+
+
+def test_verify_signatures_mounts_the_trusted_keys(helm_bin: Path) -> None:
+    def controller(*values: str) -> Obj:
+        docs = render(helm_bin, f"fleet.repo={REPO}", *values)
+        spec: Obj = one(docs, "Deployment", "gitops-gpu-controller")["spec"]["template"]["spec"]
+        return spec
+
+    off = controller()
+    assert not [a for a in off["containers"][0]["args"] if a.startswith("--verify")]
+    assert "trusted-keys" not in {v["name"] for v in off["volumes"]}
+    for source, values in (
+        ("secret", ("verifySignatures.secret=trusted-keys", "verifySignatures.mode=tag")),
+        ("configMap", ("verifySignatures.configMap=trusted-keys",)),
+    ):
+        spec = controller("verifySignatures.enabled=true", *values)
+        (ctr,) = spec["containers"]
+        mode = "tag" if source == "secret" else "head"
+        assert "--verify-signatures=/etc/gitops-gpu/trusted-keys" in ctr["args"]
+        assert f"--verify-mode={mode}" in ctr["args"]
+        mount = next(m for m in ctr["volumeMounts"] if m["name"] == "trusted-keys")
+        assert mount == {
+            "name": "trusted-keys",
+            "mountPath": "/etc/gitops-gpu/trusted-keys",
+            "readOnly": True,
+        }
+        volume = next(v for v in spec["volumes"] if v["name"] == "trusted-keys")
+        name_key = "secretName" if source == "secret" else "name"
+        assert volume[source][name_key] == "trusted-keys"
+        assert "optional" not in volume[source]  # no keys, no start: never "verification off"
+    for values in ((), ("verifySignatures.secret=a", "verifySignatures.configMap=b")):
+        with pytest.raises(GitopsGpuError, match=r"needs exactly one of verifySignatures\.secret"):
+            controller("verifySignatures.enabled=true", *values)
 
 
 def test_agent_daemonset_targets_gpu_nodes(helm_bin: Path) -> None:
