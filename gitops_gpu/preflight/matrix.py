@@ -80,6 +80,7 @@ class GpuFacts:
     open_required: bool
     min_driver: Version | None
     seen_on: str  # "pool.yaml" or "node <name>"
+    source: str = ""  # the product row's source (else the architecture row's)
 
 
 def normalise_product(product: str) -> str:
@@ -118,6 +119,7 @@ def facts_for(product: str, seen_on: str, labels: Mapping[str, str] | None = Non
         ),
         min_driver=parse_version(str(row["min_driver"])) if row and row.get("min_driver") else None,
         seen_on=seen_on,
+        source=str((row or arch_row).get("source", "")),
     )
 
 
@@ -235,6 +237,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     f"{_fmt(gpu.min_driver)}, the pool pins {driver.version}",
                     f"use {_fmt(gpu.min_driver)} or newer",
                     "version",
+                    gpu.source,
                 )
             )
         needs_open = gpu.open_required
@@ -246,6 +249,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     "the open GPU kernel modules, the pool sets kernelModuleType: proprietary",
                     "set driver.kernelModuleType: open (or auto)",
                     "kernelModuleType",
+                    gpu.source if gpu.source and "open" in gpu.source else arch["source"],
                 )
             )
         if arch.get("open_kernel_modules") == "impossible" and kmt == "open":
@@ -256,6 +260,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                     "run the open GPU kernel modules (Turing and newer only)",
                     "set driver.kernelModuleType: proprietary (or auto)",
                     "kernelModuleType",
+                    arch["source"],
                 )
             )
     if kmt == "auto" and (
@@ -270,6 +275,7 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
                 "set driver.kernelModuleType explicitly (proprietary or open), or use a "
                 "newer driver",
                 "kernelModuleType",
+                m.auto_source,
             )
         )
     return out
@@ -292,6 +298,7 @@ def check_mig(profile: str, gpus: list[GpuFacts], custom_config: str) -> list[Is
                 "use a profile from the catalogue (e.g. all-disabled, "
                 "all-balanced) or set migManager.config.name to a ConfigMap that defines it",
                 "migConfig",
+                m.mig_source,
             )
         ]
     models: list[str] = list(row["models"])
@@ -331,6 +338,7 @@ def _mig_per_gpu(
                     f"MIG profile '{profile}' set, but {gpu.product} ({gpu.seen_on}) {what}",
                     "remove spec.migConfig from pool.yaml (or use all-disabled)",
                     "migConfig",
+                    gpu.source,
                 )
             )
         elif gpu.mig_model not in models:
@@ -347,6 +355,7 @@ def _mig_per_gpu(
                     f"({m.mig_source} line {row['line']})",
                     f"use one of: {', '.join(valid)}",
                     "migConfig",
+                    f"{m.mig_source} line {row['line']}",
                 )
             )
     return out

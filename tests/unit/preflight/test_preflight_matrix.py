@@ -220,3 +220,20 @@ def test_driver_newer_than_the_operator_release() -> None:
 def test_unknown_operator_release_is_a_note() -> None:
     (issue,) = compat.check_operator("v19.1.0", "580.126.20")
     assert issue.code == "GG036" and "v25.10.1" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("product", "driver"),
+    [
+        ("Tesla-V100-SXM2-16GB", DriverSettings(version="595.91.07", kernel_module_type="open")),
+        ("NVIDIA-B200", DriverSettings(version="570.124.06", kernel_module_type="proprietary")),
+        ("NVIDIA-GH200-480GB", DriverSettings(version="550.54.15", kernel_module_type="auto")),
+    ],
+)
+def test_every_matrix_issue_carries_its_source(product: str, driver: DriverSettings) -> None:
+    gpus = [matrix.facts_for(product, "pool.yaml")]
+    issues = matrix.check_driver(driver, gpus, datetime.date(2026, 11, 1))
+    issues += matrix.check_mig("all-1g.5gb", gpus, "")
+    assert len({i.code for i in issues}) >= 2
+    for issue in issues:
+        assert issue.source, issue
