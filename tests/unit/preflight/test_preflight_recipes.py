@@ -449,3 +449,13 @@ def run_cli(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     rc: int = args.func(args)
     return rc
+
+
+def test_pr_status_names_the_worst_recipe_finding(tmp_path: Path, recipes: Path) -> None:
+    warned = run_preflight(_fleet(tmp_path, version="v26.3.3"), commit="c", recipes_dir=recipes)
+    text = check_cli.status_description(warned)
+    # the scaffold's base switches DCGM off; the recipe pins it on (plus GG053: v26.3.3)
+    assert text.startswith("clean (2 warnings; worst GG054 pool 'a': dcgm.enabled is false")
+    enforced = _fleet(tmp_path / "e", version="v26.3.3", recipePolicy="enforce")
+    failed = run_preflight(enforced, commit="c", recipes_dir=recipes)
+    assert check_cli.status_description(failed).startswith("2 errors: GG054 pool 'a'")
