@@ -19,12 +19,14 @@ from pathlib import Path
 
 from gitops_gpu import events, kube, names
 from gitops_gpu.components.health import Health, PoolHealth
-from gitops_gpu.errors import GitopsGpuError, SourceError
+from gitops_gpu.errors import FleetError, GitopsGpuError, KubeError, SourceError
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
+from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.preflight import run_preflight
+from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
 from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.backends import make_backend
@@ -66,6 +68,14 @@ class PassReport:
     applied: int = 0
     statuses_written: int = 0
     error: str = ""
+
+
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0][:120]
+
+
+def _where(finding: Finding) -> str:
+    return f"{finding.file}:{finding.line}: " if finding.file and finding.line else ""
 
 
 @dataclass
@@ -125,26 +135,58 @@ class Controller:
         self._wake.set()
 
     # -- preflight and compile, cached by commit -----------------------------------------------
-    def checked(self, sha: str) -> _Checked:
+    def checked(self, sha: str) -> _Checked | None:
+        """The commit's preflight verdict, or None while it cannot be judged.
+
+        Anything the commit's content causes (a bad tree, a finding, and any exception at all
+        while reading, checking or compiling it) is its verdict, cached. An infrastructure
+        error (git, the apiserver, the CRDs) is not: the commit stays unjudged, nothing is
+        written about it, and the next pass tries again.
+        """
         untrusted = self._untrusted(sha)
         if untrusted is not None:
             return untrusted
-        if sha not in self._checked:
+        if sha in self._checked:
+            return self._checked[sha]
+        try:
+            crds = self.crds_dir()
             path = self.source.checkout(sha)
-            try:
-                result = run_preflight(path, commit=sha, crds_dir=self.crds_dir())
-            except GitopsGpuError as exc:
-                self._checked[sha] = _Checked(False, str(exc).splitlines()[0][:120], None)
-                return self._checked[sha]
+        except TreeError as exc:
+            verdict = _Checked(False, _first_line(f"{exc.file}: {exc.args[0]}"), None)
+            self._checked[sha] = verdict
+            return verdict
+        except (GitopsGpuError, OSError) as exc:
+            self.metrics.unjudged.inc()
+            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
+            return None
+        try:
+            result = run_preflight(path, commit=sha, crds_dir=crds)
+        except FleetError as exc:
+            verdict = _Checked(False, _first_line(str(exc)), None)
+        except (KubeError, SourceError) as exc:
+            self.metrics.unjudged.inc()
+            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
+            return None
+        except Exception as exc:  # repo content must never stop the controller
+            log.exception("checking commit %s raised", sha[:12])
+            self.metrics.pass_exceptions.labels("preflight").inc()
+            verdict = _Checked(False, _first_line(f"{type(exc).__name__}: {exc}"), None)
+        else:
             errors = [f for f in result.findings if f.severity == "error"]
             summary = (
-                f"{len(errors)} errors: {errors[0].message}"
+                f"{len(errors)} errors: {_where(errors[0])}{errors[0].message}"
                 if errors
                 else f"clean ({len(result.findings)} notes)"
             )
             ok = not errors and result.compiled is not None
-            self._checked[sha] = _Checked(ok, summary[:120], result.compiled if ok else None)
-        return self._checked[sha]
+            verdict = _Checked(ok, summary[:120], result.compiled if ok else None)
+        self._checked[sha] = verdict
+        return verdict
+
+    def forget_except(self, keep: set[str]) -> None:
+        """Bound the verdict cache to the history window."""
+        for sha in [s for s in self._checked if s not in keep]:
+            del self._checked[sha]
 
     def _untrusted(self, sha: str) -> _Checked | None:
         """--verify-signatures, judged on every call (KEYS may have changed): a failed check for
@@ -216,10 +258,8 @@ class Controller:
             self._checked.clear()  # verdicts were against other schemas
 
     def compiled_for(self, sha: str) -> CompiledFleet | None:
-        try:
-            return self.checked(sha).compiled
-        except GitopsGpuError:
-            return None
+        verdict = self.checked(sha)
+        return verdict.compiled if verdict is not None else None
 
     def paused(self) -> bool:
         cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
@@ -234,6 +274,10 @@ class Controller:
         except (GitopsGpuError, OSError) as exc:
             report.result, report.error = "error", str(exc)
             log.error("pass failed: %s", exc)
+        except Exception as exc:  # a bug must cost one pass, never the controller
+            report.result, report.error = "error", f"{type(exc).__name__}: {exc}"
+            self.metrics.pass_exceptions.labels("pass").inc()
+            log.exception("pass raised unexpectedly; the loop carries on")
         elapsed = time.monotonic() - start
         self.metrics.pass_duration.labels(report.result).observe(elapsed)
         self.metrics.passes.labels(report.result).inc()
@@ -241,6 +285,7 @@ class Controller:
         return report
 
     def _pass(self, report: PassReport) -> None:
+        paused = self.paused()  # first: the brake must work whatever the commits hold
         try:
             poll = self.source.poll()
             self.metrics.last_fetch.set(self.clock())
@@ -252,10 +297,17 @@ class Controller:
             log.error("fleet repo unreachable, keeping the last fetched commits: %s", exc)
         history = self.source.commits(self.cfg.history)
         report.head = history[0].sha if history else None
+        self.forget_except({c.sha for c in history})
+        verdicts = {c.sha: self.checked(c.sha) for c in history}
         commits = [
-            Commit(c.sha, self.checked(c.sha).ok, self.checked(c.sha).summary) for c in history
+            Commit(c.sha, v.ok, v.summary) if v is not None else Commit(c.sha)
+            for c in history
+            for v in (verdicts[c.sha],)
         ]
-        newest = next((self.checked(c.sha).compiled for c in commits if c.preflight), None)
+        newest = next(
+            (v.compiled for v in verdicts.values() if v is not None and v.compiled is not None),
+            None,
+        )
         if newest is not None and len(newest.clusters) > 1:
             # One client, one cluster: applying another cluster's objects here would be wrong.
             raise GitopsGpuError(
@@ -265,7 +317,6 @@ class Controller:
                 "`gitops-gpu apply --stage S` per cluster context",
             )
         statuses = read_record(self.backend, [c.sha for c in commits])
-        paused = self.paused()
         if paused:
             report.result = "paused"
         stages: tuple[StageSpec, ...] = ()
@@ -314,7 +365,7 @@ class Controller:
     def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
         """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass."""
         checked = self.checked(commit)
-        if not checked.ok or checked.compiled is None:
+        if checked is None or not checked.ok or checked.compiled is None:
             # The state machine never asks for this; refuse loudly if it ever does.
             raise GitopsGpuError(
                 f"refusing to apply {commit[:12]}: it failed preflight",

@@ -59,6 +59,26 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("gitops_gpu_leader", "1 while this replica leads", registry=r)
+        self.pass_exceptions = Counter(
+            "gitops_gpu_pass_exceptions_total",
+            "Unexpected exceptions caught so the loop carries on, by where: preflight (a "
+            "commit's check; that commit fails preflight) or pass (the rest of a pass)",
+            ["where"],
+            registry=r,
+        )
+        self.webhook_rejected = Counter(
+            "gitops_gpu_webhook_rejected_total",
+            "POST /webhook requests refused or ignored, by reason: signature, too_large, "
+            "malformed, timeout, busy, duplicate",
+            ["reason"],
+            registry=r,
+        )
+        self.unjudged = Counter(
+            "gitops_gpu_commits_unjudged_total",
+            "Commit checks deferred to the next pass by a git, apiserver or CRD error (no "
+            "verdict, no status written)",
+            registry=r,
+        )
         self.untrusted_commits = Counter(
             "gitops_gpu_untrusted_commits_total",
             "Commits held back because no trusted key signed them (--verify-signatures), by "

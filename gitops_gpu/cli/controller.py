@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from gitops_gpu import kube
-from gitops_gpu.cli import verify_args
+from gitops_gpu.cli import limits_args, verify_args
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
@@ -45,7 +45,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="127.0.0.1:9464",
         help="host:port for /metrics, /healthz, /readyz, /webhook",
     )
-    p.add_argument("--webhook-secret-file", type=Path)
+    p.add_argument(
+        "--webhook-secret-file",
+        type=Path,
+        help="HMAC secret for POST /webhook; without it (or --webhook-insecure) /webhook is off",
+    )
+    p.add_argument(
+        "--webhook-insecure",
+        action="store_true",
+        help="serve /webhook without a secret: anyone who reaches the port can trigger passes "
+        "(labs only)",
+    )
     p.add_argument("--namespace", default="default", help="for the Lease and the pause flag")
     p.add_argument(
         "--operator-namespace",
@@ -57,11 +67,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
     verify_args.add_arguments(p)
+    limits_args.add_arguments(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     verifier = verify_args.verifier(args)  # a bad KEYS stops the start here, loudly
+    limits_args.apply(args)
     client = kube.Client.from_kubeconfig(args.kubeconfig)
     cfg = Config(
         repo=args.repo,
@@ -90,7 +102,14 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0 if report.result in ("ok", "paused") else 1
     secret = args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None
-    server = ControllerServer(args.metrics_addr, metrics, probes, ctl.trigger, secret).start()
+    server = ControllerServer(
+        args.metrics_addr,
+        metrics,
+        probes,
+        ctl.trigger,
+        secret,
+        webhook_insecure=args.webhook_insecure,
+    ).start()
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

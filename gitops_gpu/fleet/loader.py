@@ -163,7 +163,10 @@ def _load_base(
         return None
     line, col = fleet_doc.where(("spec", "base"))
     target = root / rel
-    inside = root.resolve() in (root / rel).resolve().parents
+    try:
+        inside = root.resolve() in (root / rel).resolve().parents
+    except (RuntimeError, OSError):  # a symlink loop: not a file the loader can read
+        inside = False
     if Path(rel).is_absolute() or not inside:
         errors.append(
             RepoError(

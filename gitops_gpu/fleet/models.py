@@ -9,6 +9,7 @@ and the version matrix read, with every other field kept (``extra="allow"``).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -46,26 +47,39 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PERCENT = re.compile(r"^\d+%$")
+_PERCENT = re.compile(r"(\d{1,3})%")
+MAX_DURATION = 30 * 86400.0
 
 
 def parse_duration(value: Any) -> float:
-    """'10m', '1h30m', '45s', '500ms' or a number of seconds -> seconds."""
+    """'10m', '1h30m', '45s', '500ms' or a number of seconds -> seconds.
+
+    Finite, non-negative and at most MAX_DURATION: '.nan' would skip a soak and '.inf' would
+    make a timeout that never fires, so both are refused here rather than misread later.
+    """
     if isinstance(value, bool):
         raise ValueError("a duration like 10m, 30s or 1h is expected")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
-    if not isinstance(value, str) or not value:
+        total = float(value)
+    elif isinstance(value, str) and value:
+        rest, total = value.strip(), 0.0
+        while rest:
+            m = _DURATION.match(rest)
+            if not m or len(m.group(1)) > 12:
+                raise ValueError(f"'{value}' is not a duration like 10m, 30s, 1h or 1h30m")
+            total += float(m.group(1)) * _UNITS[m.group(2)]
+            rest = rest[m.end() :]
+    else:
         raise ValueError("a duration like 10m, 30s or 1h is expected")
-    rest, total = value.strip(), 0.0
-    while rest:
-        m = _DURATION.match(rest)
-        if not m:
-            raise ValueError(f"'{value}' is not a duration like 10m, 30s, 1h or 1h30m")
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        rest = rest[m.end() :]
+    if not math.isfinite(total):
+        raise ValueError("a duration must be a finite number (.nan and .inf are not durations)")
+    if total < 0:
+        raise ValueError("a duration cannot be negative")
+    if total > MAX_DURATION:
+        raise ValueError(
+            f"{value!r} is longer than {MAX_DURATION // 86400:.0f} days; gates that long never "
+            "conclude in practice"
+        )
     return total
 
 
@@ -73,7 +87,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def check_dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"'{value}' must be a DNS label: lower-case letters, digits and '-', "
             "at most 63 characters, starting and ending with a letter or digit"
@@ -83,9 +97,9 @@ def check_dns_label(value: str) -> str:
 
 def check_label_key(key: str) -> None:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         raise ValueError(f"label key '{key}': prefix must be a DNS subdomain")
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
         raise ValueError(
             f"label key '{key}': name must be 1-63 characters [A-Za-z0-9-_.], "
             "starting and ending with a letter or digit"
@@ -93,7 +107,7 @@ def check_label_key(key: str) -> None:
 
 
 def check_label_value(key: str, value: str) -> None:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValueError(
             f"label '{key}': value '{value}' must be at most 63 characters "
             "[A-Za-z0-9-_.], starting and ending with a letter or digit"
@@ -135,6 +149,13 @@ class Gate(_Model):
     max_unhealthy_nodes: int = Field(default=0, ge=0, strict=True)
     approval: Literal["none", "required"] = "none"
     timeout: Duration | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError("a timeout must be longer than 0s (omit it for no timeout)")
+        return v
 
 
 class Stage(_Model):
@@ -237,10 +258,20 @@ class NodePoolSpec(_Model):
     @field_validator("max_unavailable")
     @classmethod
     def _max_unavailable(cls, v: int | str) -> int | str:
-        if isinstance(v, bool) or (isinstance(v, int) and v < 0):
-            raise ValueError("must be a non-negative integer or a percentage like '25%'")
-        if isinstance(v, str) and not _PERCENT.match(v):
-            raise ValueError(f"'{v}' must be a non-negative integer or a percentage like '25%'")
+        # 0 would stall every relabel for good; over 100% would claim more nodes than exist.
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            raise ValueError("must be a positive integer or a percentage like '25%'")
+        if isinstance(v, int) and v < 1:
+            raise ValueError(
+                f"{v} would never let a node change: use a positive integer or a percentage "
+                "like '25%'"
+            )
+        if isinstance(v, str):
+            m = _PERCENT.fullmatch(v)
+            if not m:
+                raise ValueError(f"{v!r} must be a positive integer or a percentage like '25%'")
+            if not 1 <= int(m.group(1)) <= 100:
+                raise ValueError(f"'{v}' must be between 1% and 100% of the pool's nodes")
         return v
 
     @field_validator("mig_config", "device_plugin_config")

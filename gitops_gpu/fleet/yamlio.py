@@ -22,11 +22,45 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    Event,
+    ScalarEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from gitops_gpu.errors import FleetError
 
-MAX_FILE_BYTES = 1024 * 1024  # a fleet file is hand-written: 1 MiB is generous
+
+@dataclass
+class Limits:
+    """What one fleet repo may cost to read. Fleet files are small and hand-written; these
+    bound memory and time on hostile input (a 600 KB file of 300k list items, 10,000-deep
+    nesting, a 5,000-digit integer) long before they could hurt. ``configure`` sets them from
+    the CLI flags; the defaults are documented in docs/fleet-repo.md."""
+
+    file_bytes: int = 1024 * 1024  # per file
+    repo_bytes: int = 16 * 1024 * 1024  # every file the fleet format reads, together
+    depth: int = 64  # nesting of maps and lists in one document
+    nodes: int = 20_000  # scalars, maps and lists in one document
+    int_digits: int = 20  # Kubernetes integers are int64: 19 digits and a sign
+
+
+LIMITS = Limits()
+
+
+def configure(**values: int) -> None:
+    """Set limits process-wide (CLI flags); unknown names are a programming error."""
+    for key, value in values.items():
+        if not hasattr(LIMITS, key):
+            raise TypeError(f"unknown limit {key}")
+        if value < 1:
+            raise ValueError(f"limit {key} must be positive")
+        setattr(LIMITS, key, value)
+
 
 PathKey = tuple[str | int, ...]
 _TAG = "tag:yaml.org,2002:"
@@ -67,7 +101,14 @@ def read_text(path: Path, root: Path) -> tuple[str, str]:
         rel = path.relative_to(root).as_posix()
     except ValueError:
         rel = path.as_posix()
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop
+        raise _err(
+            rel,
+            f"cannot resolve the path ({exc})",
+            fix="replace the symlink (a loop or dangling link) with a regular file",
+        ) from None
     if real != root_real and root_real not in real.parents:
         raise _err(
             rel,
@@ -80,10 +121,12 @@ def read_text(path: Path, root: Path) -> tuple[str, str]:
         raise _err(
             rel, f"cannot read: {exc.strerror}", fix="check the file exists and is readable"
         ) from exc
-    if size > MAX_FILE_BYTES:
+    if not real.is_file():
+        raise _err(rel, "not a regular file", fix="replace it with a regular YAML file")
+    if size > LIMITS.file_bytes:
         raise _err(
             rel,
-            f"file is {size} bytes, over the {MAX_FILE_BYTES} byte limit",
+            f"file is {size} bytes, over the {LIMITS.file_bytes} byte limit",
             fix="fleet files are small hand-written YAML: split or trim this file",
         )
     raw = real.read_bytes()
@@ -121,6 +164,7 @@ def parse_documents(file: str, text: str) -> list[Document]:
     yaml = YAML(typ="safe", pure=True)
     docs: list[Document] = []
     try:
+        _check_shape(file, yaml, text)
         for node in yaml.compose_all(text):
             if node is None:
                 continue
@@ -140,6 +184,47 @@ def parse_documents(file: str, text: str) -> list[Document]:
     except YAMLError as exc:
         raise _err(file, f"YAML error: {exc}", fix="fix the YAML syntax") from exc
     return docs
+
+
+def _check_shape(file: str, yaml: YAML, text: str) -> None:
+    """Walk the event stream (flat, constant memory) before composing: ruamel's composer
+    recurses once per nesting level and keeps every node, so depth and size are bounded here."""
+    depth = nodes = 0
+    for event in yaml.parse(text):
+        if isinstance(event, DocumentStartEvent):
+            depth = nodes = 0
+        elif isinstance(event, CollectionStartEvent):
+            depth += 1
+            nodes += 1
+            if depth > LIMITS.depth:
+                line, col = _mark(event)
+                raise _err(
+                    file,
+                    f"nesting deeper than {LIMITS.depth} levels",
+                    line,
+                    col,
+                    fix="flatten the structure; fleet files need a few levels "
+                    "(or raise --max-yaml-depth)",
+                )
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, ScalarEvent | AliasEvent):
+            nodes += 1
+        if nodes > LIMITS.nodes:
+            line, col = _mark(event)
+            raise _err(
+                file,
+                f"more than {LIMITS.nodes} values in one document",
+                line,
+                col,
+                fix="fleet files are small hand-written YAML: trim this document "
+                "(or raise --max-yaml-nodes)",
+            )
+
+
+def _mark(event: Event) -> tuple[int, int]:
+    mark = event.start_mark
+    return (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
 
 
 def parse_single(file: str, text: str) -> Document:
@@ -220,6 +305,15 @@ def _scalar(file: str, node: Node) -> Any:
         return value.lower() == "true"
     if tag == _TAG + "int":
         v = value.replace("_", "")
+        if len(v.lstrip("+-")) > LIMITS.int_digits:
+            line, col = _pos(node)
+            raise _err(
+                file,
+                f"integer of {len(v)} digits is too large",
+                line,
+                col,
+                fix="Kubernetes integers are 64-bit: use a value below 2^63",
+            )
         sign = -1 if v.startswith("-") else 1
         v = v.lstrip("+-")
         base = {"0x": 16, "0o": 8, "0b": 2}.get(v[:2].lower(), 10)

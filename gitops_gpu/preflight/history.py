@@ -6,7 +6,6 @@ temporary directory and loaded with the same loader, so both sides are compiled 
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import git
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet import export
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo, load_repo
 from gitops_gpu.preflight.findings import Finding
@@ -24,7 +24,6 @@ from gitops_gpu.preflight.plan import diff_fields
 # NVIDIADriver fields the CRD makes immutable (x-kubernetes-validations: self == oldSelf),
 # with the value the CRD defaults them to.
 IMMUTABLE = (("driverType", "gpu"), ("usePrecompiled", False))
-_SYMLINK_MODE = 0o120000
 
 
 def git_repo(path: Path) -> git.Repo:
@@ -50,37 +49,15 @@ def head_commit(path: Path) -> str | None:
 
 
 def export_revision(path: Path, rev: str, dest: Path) -> tuple[Path, str]:
-    """Write the fleet repo at ``path`` as of ``rev`` under ``dest``; returns (root, sha)."""
+    """Write the fleet repo at ``path`` as of ``rev`` under ``dest``; returns (root, sha).
+
+    The tree is untrusted (a pull request from a fork): see :mod:`gitops_gpu.fleet.export`."""
     with git_repo(path) as repo:
-        try:
-            commit = repo.commit(rev)
-        except (git.BadName, ValueError) as exc:
-            raise SourceError(
-                f"unknown revision {rev!r}",
-                fix="pass a commit, tag or branch that exists in the fleet repo",
-            ) from exc
         top = Path(str(repo.working_tree_dir)).resolve()
-        sub = Path(path).resolve().relative_to(top).as_posix()
-        try:
-            tree = commit.tree if sub in ("", ".") else commit.tree / sub
-        except KeyError:  # the fleet directory did not exist yet: an empty repo
-            return dest, str(commit.hexsha)
-        _write_tree(tree, sub, dest)
-        return dest, str(commit.hexsha)
-
-
-def _write_tree(tree: git.Tree, sub: str, dest: Path) -> None:
-    for item in tree.traverse():
-        if not isinstance(item, git.Blob):
-            continue
-        rel = Path(item.path).relative_to(sub) if sub not in ("", ".") else Path(item.path)
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = item.data_stream.read()
-        if item.mode == _SYMLINK_MODE:
-            os.symlink(data.decode("utf-8", "surrogateescape"), target)
-        else:
-            target.write_bytes(data)
+        git_dir = Path(str(repo.git_dir))
+    sub = Path(path).resolve().relative_to(top).as_posix()
+    result = export.export_commit(git_dir, rev, dest, sub)
+    return dest, result.sha
 
 
 def load_revision(path: Path, rev: str) -> tuple[FleetRepo, str]:

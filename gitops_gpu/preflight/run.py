@@ -17,6 +17,7 @@ from typing import Any
 from gitops_gpu import paths
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
 from gitops_gpu.fleet.models import DriverSettings
@@ -130,16 +131,20 @@ def _against_base(
 ) -> tuple[Plan | None, str | None, list[Finding]]:
     try:
         base_repo, base_sha = history.load_revision(root, rev)
-    except RepoLoadError as exc:
+    except (RepoLoadError, TreeError) as exc:
+        reason = (
+            exc.errors[0].message
+            if isinstance(exc, RepoLoadError)
+            else f"{exc.file}: {exc.args[0].removeprefix(exc.file + ': ')}"
+        )
         return (
             None,
             None,
             [
                 Finding.make(
                     "GG040",
-                    f"the fleet repo at {rev} does not load "
-                    f"({exc.errors[0].message}): no plan, no immutability "
-                    "or blast-radius check",
+                    f"the fleet repo at {rev} does not load ({reason}): no plan, no "
+                    "immutability or blast-radius check",
                     fix="compare with a revision that passed preflight",
                 )
             ],

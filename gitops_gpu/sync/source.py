@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import logging
 import os
 import re
 import shutil
-import tarfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from pathlib import Path
 import git
 
 from gitops_gpu.errors import SourceError
+from gitops_gpu.fleet import export
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "GITOPS_GPU_GIT_TOKEN"
@@ -200,25 +199,29 @@ class GitSource:
 
     # -- checkouts ------------------------------------------------------------------------------
     def checkout(self, sha: str) -> Path:
-        """An immutable directory holding exactly the tree of ``sha`` (cached by sha)."""
+        """An immutable directory holding the fleet files of ``sha`` (cached by sha).
+
+        Raises TreeError (the commit's content is unsafe or too large: its preflight fails)
+        or SourceError (the commit is not fetched).
+        """
         dest = self.checkout_root / sha
         if dest.exists():
             return dest
         tmp = self.checkout_root / f".{sha}.tmp-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        data = io.BytesIO()
         try:
-            self.repo.archive(data, sha, format="tar")
-        except git.GitCommandError as exc:
+            result = export.export_commit(self.mirror_dir, sha, tmp)
+        except SourceError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SourceError(
-                f"commit {sha[:12]} is not in the fetched history: {exc.stderr.strip()}",
+                f"commit {sha[:12]} is not in the fetched history: {exc}",
                 fix="fetch first (poll) or pass a commit of the tracked branch",
             ) from None
-        data.seek(0)
-        with tarfile.open(fileobj=data) as tar:
-            tar.extractall(tmp, filter="data")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for note in result.notes:
+            log.info("commit %s: %s", sha[:12], note)
         try:
             tmp.rename(dest)
         except OSError:  # another thread won the race: its copy is identical

@@ -27,7 +27,7 @@ def remote(tmp_path: Path) -> tuple[Path, Path]:
     git(work, "config", "user.email", "t@example.com")
     git(work, "config", "user.name", "t")
     git(work, "checkout", "-q", "-b", "main")
-    (work / "a.txt").write_text("one\n")
+    (work / "a.yaml").write_text("one\n")
     git(work, "add", ".")
     git(work, "commit", "-qm", "one")
     git(work, "push", "-q", "origin", "main")
@@ -41,7 +41,7 @@ def test_poll_fetches_only_when_head_moves(remote: tuple[Path, Path], tmp_path: 
     assert first.changed and src.fetch_calls == 1
     again = src.poll()
     assert not again.changed and src.fetch_calls == 1 and src.ls_remote_calls == 2
-    (work / "a.txt").write_text("two\n")
+    (work / "a.yaml").write_text("two\n")
     git(work, "commit", "-qam", "two")
     git(work, "push", "-q", "origin", "main")
     moved = src.poll()
@@ -56,28 +56,48 @@ def test_checkout_is_the_exact_tree_of_the_commit(
     src = GitSource(str(bare), tmp_path / "cache")
     src.poll()
     old = src.resolve("refs/remotes/origin/main")
-    (work / "a.txt").write_text("two\n")
-    (work / "b.txt").write_text("new\n")
+    (work / "a.yaml").write_text("two\n")
+    (work / "b.yaml").write_text("new\n")
     git(work, "add", ".")
     git(work, "commit", "-qm", "two")
     git(work, "push", "-q", "origin", "main")
     src.poll()
     old_dir = src.checkout(old)
-    assert (old_dir / "a.txt").read_text() == "one\n"
-    assert not (old_dir / "b.txt").exists()
+    assert (old_dir / "a.yaml").read_text() == "one\n"
+    assert not (old_dir / "b.yaml").exists()
     new_dir = src.checkout(src.resolve("refs/remotes/origin/main"))
-    assert (new_dir / "b.txt").read_text() == "new\n"
+    assert (new_dir / "b.yaml").read_text() == "new\n"
+
+
+def test_checkout_writes_only_fleet_files_and_never_a_symlink(
+    remote: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A hostile commit: a link to /etc/passwd, a loop, a blob the fleet format never reads."""
+    bare, work = remote
+    (work / "notes").mkdir()
+    (work / "notes" / "passwd.yaml").symlink_to("/etc/passwd")
+    (work / "notes" / "loop.yaml").symlink_to("loop.yaml")
+    (work / "big.bin").write_bytes(b"\0" * (3 << 20))
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "hostile")
+    git(work, "push", "-q", "origin", "main")
+    src = GitSource(str(bare), tmp_path / "cache")
+    src.poll()
+    out = src.checkout(src.resolve("refs/remotes/origin/main"))
+    assert (out / "a.yaml").read_text() == "one\n"
+    assert not (out / "big.bin").exists()
+    assert [p for p in out.rglob("*") if p.is_symlink()] == []
 
 
 def test_force_push_is_detected(remote: tuple[Path, Path], tmp_path: Path) -> None:
     bare, work = remote
-    (work / "a.txt").write_text("two\n")
+    (work / "a.yaml").write_text("two\n")
     git(work, "commit", "-qam", "two")
     git(work, "push", "-q", "origin", "main")
     src = GitSource(str(bare), tmp_path / "cache")
     src.poll()
     git(work, "reset", "-q", "--hard", "HEAD~1")
-    (work / "a.txt").write_text("rewritten\n")
+    (work / "a.yaml").write_text("rewritten\n")
     git(work, "commit", "-qam", "rewritten")
     git(work, "push", "-q", "--force", "origin", "main")
     result = src.poll()
@@ -97,7 +117,7 @@ def test_unreachable_remote_names_remote_and_keeps_last_good(
     assert str(bare) in str(err.value)
     assert "ls-remote" in str(err.value)
     # The cache still serves the last good commit.
-    assert (src.checkout(good) / "a.txt").read_text() == "one\n"
+    assert (src.checkout(good) / "a.yaml").read_text() == "one\n"
 
 
 def test_credentials_never_appear_in_errors(

@@ -101,7 +101,7 @@ def fleets(draw: st.DrawFn) -> dict[str, Any]:
     pools = {n: {"nodeSelector": {"pool": n}} for n in names}
     for n in names:
         if draw(st.booleans()):
-            pools[n]["maxUnavailable"] = draw(st.integers(0, 5))
+            pools[n]["maxUnavailable"] = draw(st.integers(1, 5))
     base = minimal_base()
     for key, value in draw(_cluster_extra).items():
         base["spec"][key] = value

@@ -11,6 +11,7 @@ import git
 import pytest
 
 from gitops_gpu.errors import SourceError
+from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.history import export_revision
@@ -147,15 +148,19 @@ def test_unknown_revision_is_a_usage_error(fleet: tuple[git.Repo, Path, str]) ->
         _check(root, "no-such-branch")
 
 
-def test_export_keeps_symlinks_as_symlinks(
+def test_export_refuses_a_fleet_file_that_is_a_symlink(
     fleet: tuple[git.Repo, Path, str], tmp_path: Path
 ) -> None:
     repo, root, _ = fleet
-    os.symlink("/etc/hostname", root / "nodepools" / "a" / "clusterpolicy.yaml")
+    policy = root / "nodepools" / "a" / "clusterpolicy.yaml"
+    os.symlink("/etc/hostname", policy)
     sha = _commit(repo, "symlink")
-    out, got = export_revision(root, sha, tmp_path / "export")
-    assert got == sha
-    assert (out / "nodepools" / "a" / "clusterpolicy.yaml").is_symlink()
-    # and the loader refuses it there as it would in the work tree
+    policy.unlink()
+    _commit(repo, "fixed")
+    with pytest.raises(TreeError, match="is a symlink") as exc:
+        export_revision(root, sha, tmp_path / "export")
+    assert exc.value.file == "nodepools/a/clusterpolicy.yaml"
+    assert not (tmp_path / "export" / "nodepools" / "a" / "clusterpolicy.yaml").exists()
+    # as a base it is a finding, never an exception or a file read through the link
     findings = _check(root, sha).findings
-    assert any(f.code == "GG001" and "outside the repository" in f.message for f in findings)
+    assert any(f.code == "GG040" and "is a symlink" in f.message for f in findings)
