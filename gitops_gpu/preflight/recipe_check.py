@@ -20,9 +20,7 @@ does not resolve (GG050) and a malformed recipe file (GG051) are always errors.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +31,13 @@ from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.fleet.loader import FleetRepo
 from gitops_gpu.fleet.models import RecipeRef
 from gitops_gpu.fleet.yamlio import PathKey, dotted
-from gitops_gpu.preflight import checks, compat, recipe_live
+from gitops_gpu.preflight import checks, compat, recipe_live, recipe_values
 from gitops_gpu.preflight.findings import Finding, Severity
 from gitops_gpu.preflight.recipe_catalog import Catalog, RecipeFileError, load_catalog
 from gitops_gpu.preflight.recipe_resolve import Resolved, ResolveError, component_values, resolve
 from gitops_gpu.preflight.schema import CrdSchema
 
 OPERATOR = "gpu-operator"
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -306,35 +303,6 @@ def _v(text: str) -> str:
     return text.strip().removeprefix("v")
 
 
-def _schema_at(schema: Mapping[str, Any], path: PathKey) -> Mapping[str, Any] | None:
-    node: Mapping[str, Any] = schema["properties"]["spec"]
-    for key in path:
-        props = node.get("properties") or {}
-        if key not in props:
-            return None
-        node = props[key]
-        if str(node.get("description", "")).startswith("Deprecated"):
-            return None
-    return node
-
-
-def _pool_value(doc: Mapping[str, Any], schema: Mapping[str, Any], path: PathKey) -> Any:
-    node: Any = doc.get("spec") or {}
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return schema.get("default", _MISSING)
-        node = node[key]
-    return node
-
-
-def _leaves(values: Mapping[str, Any], prefix: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, (*prefix, key))
-        else:
-            yield (*prefix, key), value
-
-
 def _values(
     ctx: Context,
     pool: str,
@@ -342,64 +310,24 @@ def _values(
     values: Mapping[str, Any],
     origins: Mapping[PathKey, str],
 ) -> list[Finding]:
-    doc = ctx.repo.merged_policy(pool)
+    policy = ctx.repo.merged_policy(pool)
     schema = ctx.cluster_policy_schema.schema
     out: list[Finding] = []
-    for path, want in _leaves(values):
-        if path == ("driver", "version"):
-            continue
-        node = _schema_at(schema, path)
-        if node is None:
-            continue  # chart-only value (operator.resources, ...) or a deprecated field
-        have = _pool_value(doc, node, path)
-        if have is _MISSING:
-            continue
-        for detail in _contradicts(want, have, label):
-            file, line = fleet_compile.locate(ctx.repo, pool, ("spec", *path))
-            field = dotted(path)
-            source = origins.get(path, "")
-            out.append(
-                _finding(
-                    ctx,
-                    "GG054",
-                    pool,
-                    field,
-                    f"pool '{pool}': {field} is {detail} ({source})",
-                    fix=f"set {field} as the recipe does, or follow another recipe",
-                    source=source,
-                    where=(file, line),
-                )
+    for path, detail in recipe_values.contradictions(values, policy, schema, label):
+        field, source = dotted(path), origins.get(path, "")
+        out.append(
+            _finding(
+                ctx,
+                "GG054",
+                pool,
+                field,
+                f"pool '{pool}': {field} is {detail} ({source})",
+                fix=f"set {field} as the recipe does, or follow another recipe",
+                source=source,
+                where=fleet_compile.locate(ctx.repo, pool, ("spec", *path)),
             )
+        )
     return out
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value, default=str)
-
-
-def _contradicts(want: Any, have: Any, label: str) -> list[str]:
-    if isinstance(want, list) and isinstance(have, list) and _named(want) and _named(have):
-        theirs = {e["name"]: e.get("value") for e in have}
-        return [
-            f"{e['name']}={_show(theirs[e['name']])} where {label} pins {_show(e.get('value'))}"
-            for e in want
-            if e["name"] in theirs and str(theirs[e["name"]]) != str(e.get("value"))
-        ]
-    if _same(want, have):
-        return []
-    return [f"{_show(have)} where {label} pins {_show(want)}"]
-
-
-def _named(items: list[Any]) -> bool:
-    return all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in items)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
-    if isinstance(a, int | float | str) and isinstance(b, int | float | str):
-        return str(a) == str(b) or re.sub(r"^v", "", str(a)) == re.sub(r"^v", "", str(b))
-    return bool(a == b)
 
 
 def matched_nodes(ctx: Context, pool: str) -> list[Mapping[str, Any]]:
