@@ -49,25 +49,21 @@ class Context:
     server_versions: Mapping[str, str]  # cluster -> "v1.36.3" (live only)
 
 
-def open_catalog(recipes_dir: Path | str) -> Catalog | Finding:
-    """The catalog, or a GG051 finding naming the malformed file and line."""
-    root = Path(recipes_dir)
-    if not root.is_dir():
-        raise FleetError(
-            f"recipes directory {root} does not exist",
-            file=str(root),
-            fix="pass --recipes the recipes/ directory of an AICR checkout",
-        )
-    try:
-        return load_catalog(root, str(recipes_dir))
-    except RecipeFileError as exc:
-        return Finding.make(
-            "GG051", exc.message, file=exc.file, line=exc.line, fix=exc.fix, source=exc.file
-        )
+def _file_finding(exc: RecipeFileError) -> Finding:
+    return Finding.make(
+        "GG051", exc.message, file=exc.file, line=exc.line, fix=exc.fix, source=exc.file
+    )
 
 
 def check(ctx: Context, recipes_dir: Path | str | None) -> list[Finding]:
-    pools = {n: p for n, p in ctx.repo.pools.items() if p.model.spec.recipe is not None}
+    """Recipe findings for every pool that names a recipe (pool.yaml spec.recipe)."""
+    if recipes_dir is not None and not Path(recipes_dir).is_dir():
+        raise FleetError(
+            f"recipes directory {recipes_dir} does not exist",
+            file=str(recipes_dir),
+            fix="pass --recipes the recipes/ directory of an AICR checkout",
+        )
+    pools = sorted(n for n, p in ctx.repo.pools.items() if p.model.spec.recipe is not None)
     if not pools:
         return []
     if recipes_dir is None:
@@ -77,71 +73,37 @@ def check(ctx: Context, recipes_dir: Path | str | None) -> list[Finding]:
                 "GG056",
                 name,
                 "recipe",
-                f"pool '{name}' names an AICR recipe but "
-                "check ran without --recipes, so it is not compared",
-                fix="run `gitops-gpu "
-                "check --recipes DIR` with DIR the recipes/ directory of an AICR checkout",
+                f"pool '{name}' names an AICR recipe but check ran without --recipes, so it "
+                "is not compared",
+                fix="run `gitops-gpu check --recipes DIR` with DIR the recipes/ directory of "
+                "an AICR checkout",
             )
-            for name in sorted(pools)
+            for name in pools
         ]
-    catalog = open_catalog(recipes_dir)
-    if isinstance(catalog, Finding):
-        return [catalog]
+    try:
+        catalog = load_catalog(Path(recipes_dir), str(recipes_dir))
+    except RecipeFileError as exc:
+        return [_file_finding(exc)]  # the rest of preflight still runs
     out: list[Finding] = []
-    cache: dict[str, Resolved | ResolveError | RecipeFileError] = {}
-    for name, src in sorted(pools.items()):
-        ref = src.model.spec.recipe
+    for name in pools:
+        ref = ctx.repo.pools[name].model.spec.recipe
         assert ref is not None
-        key = _key(ref)
-        if key not in cache:
-            try:
-                cache[key] = resolve(catalog, ref.name, _criteria(ref))
-            except (ResolveError, RecipeFileError) as exc:
-                cache[key] = exc
-        got = cache[key]
-        if isinstance(got, RecipeFileError):
-            out.append(
-                Finding.make(
-                    "GG051", got.message, file=got.file, line=got.line, fix=got.fix, source=got.file
-                )
-            )
-        elif isinstance(got, ResolveError):
+        try:
+            out += _compare(ctx, catalog, name, resolve(catalog, ref.name, _criteria(ref)))
+        except RecipeFileError as exc:  # a values file the recipe names is malformed
+            out.append(_file_finding(exc))
+        except ResolveError as exc:
             out.append(
                 _finding(
                     ctx,
                     "GG050",
                     name,
                     "recipe",
-                    f"pool '{name}': recipe {key} does not resolve in {recipes_dir}: {got.message}",
-                    fix=got.fix,
+                    f"pool '{name}': recipe {_key(ref)} does not resolve in {recipes_dir}: "
+                    f"{exc.message}",
+                    fix=exc.fix,
                 )
             )
-        else:
-            try:
-                out += _compare(ctx, catalog, name, got)
-            except (ResolveError, RecipeFileError) as exc:
-                if isinstance(exc, RecipeFileError):
-                    out.append(
-                        Finding.make(
-                            "GG051",
-                            exc.message,
-                            file=exc.file,
-                            line=exc.line,
-                            fix=exc.fix,
-                            source=exc.file,
-                        )
-                    )
-                else:
-                    out.append(
-                        _finding(
-                            ctx,
-                            "GG050",
-                            name,
-                            "recipe",
-                            f"pool '{name}': recipe {got.asked}: {exc.message}",
-                            fix=exc.fix,
-                        )
-                    )
     return out
 
 

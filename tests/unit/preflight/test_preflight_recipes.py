@@ -459,3 +459,26 @@ def test_pr_status_names_the_worst_recipe_finding(tmp_path: Path, recipes: Path)
     enforced = _fleet(tmp_path / "e", version="v26.3.3", recipePolicy="enforce")
     failed = run_preflight(enforced, commit="c", recipes_dir=recipes)
     assert check_cli.status_description(failed).startswith("2 errors: GG054 pool 'a'")
+
+
+def test_values_file_problems(tmp_path: Path) -> None:
+    named = _overlay(
+        "h100",
+        criteria={"accelerator": "h100"},
+        componentRefs=[{"name": "gpu-operator", "valuesFile": "components/gpu-operator/v.yaml"}],
+    )
+    cat = _catalog(tmp_path, {"overlays/h100.yaml": named})
+    (gone,) = only(check(_fleet(tmp_path, "h100"), recipes_dir=cat), "GG050")
+    assert "components/gpu-operator/v.yaml" in gone.message and "does not exist" in gone.message
+    (cat / "components/gpu-operator").mkdir(parents=True)
+    (cat / "components/gpu-operator/v.yaml").write_text("driver:\n  version: [580\n")
+    (bad,) = only(check(_fleet(tmp_path / "b", "h100"), recipes_dir=cat), "GG051")
+    assert bad.file == f"{cat}/components/gpu-operator/v.yaml" and bad.line == 3
+
+
+def test_a_missing_recipes_dir_is_a_usage_error_even_without_recipe_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_repo(tmp_path, {"a": {"gpu": H100}})
+    assert run_cli(["check", str(root), "--recipes", str(tmp_path / "nope")]) == 2
+    assert "recipes directory" in capsys.readouterr().err
