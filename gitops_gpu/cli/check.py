@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 
-from gitops_gpu.cli import verify_args
+from gitops_gpu.cli import limits_args, verify_args
 from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
@@ -24,6 +25,7 @@ from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, SUCCESS, CommitStatus
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,6 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--status-backend", default="gitnotes", help="see `controller --help`")
     c.add_argument("--status-token-file", type=Path)
     verify_args.add_arguments(c)
+    limits_args.add_arguments(c)
     c.set_defaults(func=check)
 
     p = sub.add_parser("compile", help="write the compiled objects as YAML, one file per object")
@@ -79,6 +82,7 @@ def check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if untrusted is not None:
         return untrusted
+    limits_args.apply(args)
     try:
         result = run_preflight(
             args.path,
@@ -91,6 +95,14 @@ def check(args: argparse.Namespace) -> int:
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # whatever a commit holds, no traceback: it fails, said in a line
+        log.debug("preflight raised", exc_info=True)
+        print(
+            f"error: checking {args.path} failed with {type(exc).__name__}: {exc} "
+            "(the commit fails preflight; please report this as a gitops-gpu bug)",
+            file=sys.stderr,
+        )
+        return EXIT_FINDINGS
     if args.format == "json":
         extra = {
             "commit": result.compiled.commit if result.compiled else None,

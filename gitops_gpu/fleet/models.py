@@ -89,7 +89,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 def check_dns_label(value: str) -> str:
     if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
         raise ValueError(
-            f"'{value}' must be a DNS label: lower-case letters, digits and '-', "
+            f"{value!r} must be a DNS label: lower-case letters, digits and '-', "
             "at most 63 characters, starting and ending with a letter or digit"
         )
     return value
@@ -98,10 +98,10 @@ def check_dns_label(value: str) -> str:
 def check_label_key(key: str) -> None:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        raise ValueError(f"label key '{key}': prefix must be a DNS subdomain")
+        raise ValueError(f"label key {key!r}: prefix must be a DNS subdomain")
     if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
         raise ValueError(
-            f"label key '{key}': name must be 1-63 characters [A-Za-z0-9-_.], "
+            f"label key {key!r}: name must be 1-63 characters [A-Za-z0-9-_.], "
             "starting and ending with a letter or digit"
         )
 
@@ -109,7 +109,7 @@ def check_label_key(key: str) -> None:
 def check_label_value(key: str, value: str) -> None:
     if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValueError(
-            f"label '{key}': value '{value}' must be at most 63 characters "
+            f"label '{key}': value {value!r} must be at most 63 characters "
             "[A-Za-z0-9-_.], starting and ending with a letter or digit"
         )
 

@@ -17,8 +17,8 @@ from typing import Any
 from gitops_gpu import paths
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
-from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
 from gitops_gpu.fleet.models import DriverSettings
 from gitops_gpu.preflight import (

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,15 +55,34 @@ def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:token@host/x`` -> (``https://host/x``, user, token); others unchanged.
+
+    Credentials in a URL would land in the mirror's ``.git/config`` and in every command line;
+    they are moved into the environment instead (see credentials_env)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url, None, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    clean = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(password) or None
+
+
 def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
-    """Environment for git carrying credentials; returns (env, secret to redact)."""
+    """Environment for git carrying credentials; returns (env, secret to redact).
+
+    The token (GITOPS_GPU_GIT_TOKEN, GITOPS_GPU_GIT_TOKEN_FILE, or the password of the URL)
+    travels as an http.extraHeader through GIT_CONFIG_* variables: never on disk, never on a
+    command line."""
     env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0"}
-    token = os.environ.get(TOKEN_ENV)
+    _clean, user, url_token = split_userinfo(url)
+    token = os.environ.get(TOKEN_ENV) or url_token
     token_file = os.environ.get(TOKEN_FILE_ENV)
     if not token and token_file:
         token = Path(token_file).read_text().strip()
-    if token and url.startswith("https://"):
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    if token and url.startswith(("https://", "http://")):
+        basic = base64.b64encode(f"{user or 'x-access-token'}:{token}".encode()).decode()
         env.update(
             {
                 "GIT_CONFIG_COUNT": "1",
@@ -80,12 +100,12 @@ class GitSource:
     """A fleet repo remote, mirrored into ``cache_dir``."""
 
     def __init__(self, url: str, cache_dir: Path, branch: str = "main") -> None:
-        self.url = str(url)
+        self._env, self._secret = credentials_env(str(url))
+        self.url = split_userinfo(str(url))[0]  # what is stored and shown: no credentials
         self.branch = branch
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.mirror_dir = cache_dir / "git" / key
         self.checkout_root = cache_dir / "checkouts" / key
-        self._env, self._secret = credentials_env(self.url)
         self._lock = threading.Lock()
         self.last_good: str | None = None
         self.ls_remote_calls = 0

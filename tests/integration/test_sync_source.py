@@ -129,3 +129,15 @@ def test_credentials_never_appear_in_errors(
     with pytest.raises(SourceError) as err:
         src.poll()
     assert token not in str(err.value)
+
+
+def test_credentials_in_the_url_never_reach_disk_or_errors(tmp_path: Path) -> None:
+    token = "tok-3f9a7c0d"  # a refused connection: only where the token went matters
+    src = GitSource(f"https://ci:{token}@127.0.0.1:9/fleet.git", tmp_path / "cache")
+    with pytest.raises(SourceError) as exc:
+        src.poll()
+    assert token not in str(exc.value)
+    config = (src.mirror_dir / "config").read_text()
+    assert "127.0.0.1:9/fleet.git" in config and token not in config and "ci:" not in config
+    stored = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert stored and all(token.encode() not in p.read_bytes() for p in stored)
