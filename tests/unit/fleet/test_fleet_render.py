@@ -53,7 +53,12 @@ def test_strings_survive_yaml_1_1_and_1_2_readers(value: str) -> None:
 
 
 _values = st.recursive(
-    st.one_of(st.text(string.printable, max_size=12), st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none()),
+    st.one_of(
+        st.text(string.printable, max_size=12),
+        st.integers(-(2**63), 2**63 - 1),
+        st.booleans(),
+        st.none(),
+    ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=3),
         st.dictionaries(st.text(string.ascii_letters, min_size=1, max_size=5), inner, max_size=3),
