@@ -10,8 +10,10 @@ not, and one line saying why. Modes, as Flux names them:
 - ``tag-and-head``: both.
 
 A check that errors (gpg crashed, timed out, an unknown signature format) is a failure for that
-commit, never a pass. KEYS is re-read (cheaply: names and contents hashed) on every call, so a key
-added or removed counts from the next check on; a KEYS that became malformed raises
+commit, never a pass (and is not cached: the next check runs it again). A commit that is not
+in the repository raises ``SourceError``: that is no verdict at all. KEYS is re-read (cheaply:
+names and contents hashed) on every call, so a key added or removed counts from the next check
+on; a KEYS that became malformed raises
 ``TrustConfigError`` instead of verifying with stale keys. Verdicts are cached by commit, KEYS
 digest and (tag modes) the tags pointing at the commit.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gitops_gpu.errors import SourceError
 from gitops_gpu.sync import keys
 from gitops_gpu.sync.keys import KeySet, TrustConfigError
 
@@ -76,6 +79,7 @@ class Verifier:
         self._tools = keys.find_tools()
         self.keys: KeySet = keys.load(self.source, self._tools)
         self._cache: dict[tuple[str, str, str, tuple[str, ...]], Verdict] = {}
+        self._present: set[tuple[str, str]] = set()  # commits known to be in the repo
         self.checks = 0  # signature checks run (cache misses), for tests and benchmarks
         log.info("verifying signatures (mode %s) with %s", mode, self.keys.describe())
 
@@ -115,6 +119,8 @@ class Verifier:
                 return cached
             self.checks += 1
             verdict = self._judge(where, sha, tags)
+            if verdict.kind == "error":
+                return verdict  # a failure now; checked again next time (it may be transient)
             if len(self._cache) >= CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = verdict
@@ -140,7 +146,11 @@ class Verifier:
     def _commit(self, repo: str, sha: str) -> Verdict:
         raw = self._git(repo, "cat-file", "commit", sha)
         if raw.returncode != 0:
-            return untrusted("error", f"signature check failed: {_line(raw.stderr)}")
+            # Not a verdict on the commit: it is not (yet) in this repository.
+            raise SourceError(
+                f"commit {sha[:12]} is not in {repo}: {_line(raw.stderr)}",
+                fix="fetch first; nothing can be said about a commit that is not there",
+            )
         header = raw.stdout.split("\n\n", 1)[0]
         if not re.search(r"^gpgsig(-sha256)? ", header, re.MULTILINE):
             return untrusted("unsigned", "unsigned")
@@ -163,6 +173,16 @@ class Verifier:
             "--format=%(objecttype) %(*objectname) %(refname)",
             "refs/tags",
         )
+        if (repo, sha) not in self._present and (out.returncode != 0 or not out.stdout.strip()):
+            out = self._git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+        if out.returncode != 0:
+            raise SourceError(
+                f"commit {sha[:12]} is not in {repo}: {_line(out.stderr)}",
+                fix="fetch first; nothing can be said about a commit that is not there",
+            )
+        if len(self._present) >= CACHE_MAX:
+            self._present.clear()
+        self._present.add((repo, sha))
         tags = []
         for line in out.stdout.splitlines():
             otype, target, name = [*line.split(" ", 2), "", ""][:3]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from signers import Signers, git, write_keys
 
+from gitops_gpu.errors import SourceError
 from gitops_gpu.sync.keys import TrustConfigError
-from gitops_gpu.sync.trust import Verifier
+from gitops_gpu.sync.trust import Mode, Verifier
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +164,19 @@ def test_tag_modes(
     signers.tag(repo, "v2", signed, keys["alice"])
     assert both.verify(repo, signed).trusted
     assert not both.verify(repo, git(repo, "rev-parse", "HEAD~2")).trusted  # "first": unsigned
+
+
+@pytest.mark.parametrize("mode", ["head", "tag", "tag-and-head"])
+def test_a_commit_not_in_the_repo_is_no_verdict(mode: Mode, repo: Path, keys_dir: Path) -> None:
+    """Asked about a commit before it was fetched (another thread, a race): no verdict, so none
+    is cached or reported; the same commit is judged once it is there."""
+    v = Verifier(keys_dir, mode)
+    with pytest.raises(SourceError, match="is not in"):
+        v.verify(repo, "0123456789abcdef0123456789abcdef01234567")
+    assert v.verify(repo, git(repo, "rev-parse", "HEAD")).reason in (
+        "unsigned",
+        "no annotated tag points at it",
+    )
 
 
 def test_rotation_takes_effect_at_the_next_check(
