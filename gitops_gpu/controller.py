@@ -78,6 +78,10 @@ def _where(finding: Finding) -> str:
     return f"{finding.file}:{finding.line}: " if finding.file and finding.line else ""
 
 
+class NotLeaderError(GitopsGpuError):
+    """This replica lost the Lease mid-pass; the rest of the pass is not written."""
+
+
 @dataclass
 class _Checked:
     ok: bool
@@ -117,6 +121,8 @@ class Controller:
         self._runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
         self._crds_fetched: float | None = None
         self._wake = threading.Event()
+        # The fence (leader election's holds()); always True without leader election.
+        self.may_write: Callable[[], bool] = lambda: True
         self.last_report = PassReport()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -341,6 +347,12 @@ class Controller:
             self._execute(action, report)
 
     def _execute(self, action: object, report: PassReport) -> None:
+        if not isinstance(action, Wait) and not self.may_write():
+            # Fenced: another replica may lead by now; this pass stops writing.
+            raise NotLeaderError(
+                "lost the Lease during the pass; stopping before the next write",
+                fix="nothing to do: the replica that leads now carries on",
+            )
         if isinstance(action, (AdoptCommit, Rollback)):
             commit = action.commit if isinstance(action, AdoptCommit) else action.to_commit
             report.applied += self.apply_stage(
@@ -438,13 +450,16 @@ class Controller:
         on_pass: Callable[[PassReport], None] | None = None,
     ) -> None:
         self.start_informers()
+        if lease is not None:
+            lease.start()  # renews on its own timer, whatever a pass costs
+            self.may_write = lease.holds
         while not stop.is_set():
-            if lease is not None and not lease.try_acquire():
+            if lease is not None and not lease.holds():
                 self.metrics.leader.set(0)
                 self.last_report = PassReport(result="standby")
                 if on_pass is not None:
                     on_pass(self.last_report)
-                stop.wait(min(self.cfg.interval, lease.duration / 3))
+                lease.wait_changed(lease.retry_period)
                 continue
             self.metrics.leader.set(1)
             report = self.run_pass()
@@ -456,4 +471,5 @@ class Controller:
             self._wake.clear()
         if lease is not None:
             lease.release()
+            self.metrics.leader.set(0)
         self.stop_informers()

@@ -12,7 +12,8 @@ from types import FrameType
 from gitops_gpu import kube
 from gitops_gpu.cli import limits_args, verify_args
 from gitops_gpu.controller import Config, Controller
-from gitops_gpu.leader import LeaseLock
+from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.server import ControllerServer, Probes
 from gitops_gpu.sync.source import default_cache_dir
@@ -63,6 +64,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where the GPU Operator's validator pods run",
     )
     p.add_argument("--no-leader-election", action="store_true")
+    p.add_argument(
+        "--lease-duration",
+        type=duration,
+        default=LEASE_DURATION,
+        help="how long a standby waits on an unchanged Lease before taking over (15s)",
+    )
+    p.add_argument(
+        "--renew-deadline",
+        type=duration,
+        default=RENEW_DEADLINE,
+        help="the leader stops writing when it could not renew for this long (10s)",
+    )
+    p.add_argument(
+        "--retry-period",
+        type=duration,
+        default=RETRY_PERIOD,
+        help="how often the Lease is renewed or tried (2s)",
+    )
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
@@ -74,6 +93,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     verifier = verify_args.verifier(args)  # a bad KEYS stops the start here, loudly
     limits_args.apply(args)
+    if not args.retry_period < args.renew_deadline < args.lease_duration:
+        raise GitopsGpuError(
+            "leader election needs --retry-period < --renew-deadline < --lease-duration",
+            fix="keep the defaults (2s, 10s, 15s) or scale all three together",
+        )
     client = kube.Client.from_kubeconfig(args.kubeconfig)
     cfg = Config(
         repo=args.repo,
@@ -119,7 +143,17 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    lease = None if args.no_leader_election else LeaseLock(client, namespace=args.namespace)
+    lease = (
+        None
+        if args.no_leader_election
+        else LeaseLock(
+            client,
+            namespace=args.namespace,
+            duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
+    )
 
     def on_pass(_report: object) -> None:
         probes.beat()
