@@ -26,6 +26,7 @@ Statuses are only emitted on phase changes, so a rollout writes a handful per co
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from gitops_gpu.fleet.compiled import StageSpec
@@ -47,9 +48,14 @@ from gitops_gpu.rollout.status import (
     PENDING,
     PREFLIGHT_CONTEXT,
     SUCCESS,
+    CommitStatus,
     fit_description,
     stage_context,
 )
+
+
+MAX_STATUSES = 10  # per commit and context, a verdict included
+MAX_RELAPSES = 3  # converged, then not: a stage that keeps falling back fails
 
 
 def short(sha: str) -> str:
@@ -61,6 +67,10 @@ def step(inp: RolloutInput) -> list[Action]:
     if inp.paused:
         return [Wait("rollout paused: nothing is adopted, promoted, rolled back or recorded")]
     record = Record(inp.statuses)
+    return _capped(_step(inp, record), record)
+
+
+def _step(inp: RolloutInput, record: Record) -> list[Action]:
     actions: list[Action] = _preflight_statuses(inp.commits, record)
     eligible = [c.sha for c in inp.commits if _passed_preflight(c, record)]
     previous: StageSpec | None = None
@@ -143,13 +153,24 @@ def _gate(
         return _fail(stage, target, text, inp, record)
 
     if not view.converged:
-        # The timeout bounds one unbroken stretch of "rolling out", recorded in its status.
         since = (
             mark.since if mark is not None and phase is Phase.ROLLING_OUT else whole_seconds(now)
         )
+        # The timeout bounds the whole time since adoption, relapses included; the record's
+        # own history says when that was and how often the stage fell back.
+        adopted, relapses = _adoption(record.history(target, context), now)
+        if phase is not None and phase is not Phase.ROLLING_OUT:
+            relapses += 1  # converged before, not any more: this pass is a relapse
         timeout = gate.timeout_seconds
-        if timeout is not None and now - since >= timeout:
-            text = f"{name}: not converged after {format_duration(timeout)}: {view.summary}{cause}"
+        if timeout is not None and now - adopted >= timeout:
+            again = f" ({relapses} relapses)" if relapses else ""
+            text = (
+                f"{name}: not converged after {format_duration(timeout)}{again}: "
+                f"{view.summary}{cause}"
+            )
+            return _fail(stage, target, text, inp, record)
+        if relapses >= MAX_RELAPSES:
+            text = f"{name}: relapsed {relapses} times since adoption: {view.summary}{cause}"
             return _fail(stage, target, text, inp, record)
         out: list[Action] = []
         if phase is not Phase.ROLLING_OUT:
@@ -188,6 +209,36 @@ def _gate(
     approved = ", approved" if gate.approval_required else ""
     text = fit_description(f"{name}: {view.summary}{soaked}{approved}")
     return [SetStatus(target, context, SUCCESS, text)]
+
+
+def _adoption(history: Sequence[CommitStatus], now: float) -> tuple[float, int]:
+    """(when the stage adopted the commit, how often it fell back from converged since)."""
+    marks = [m for m in (read_mark(s) for s in history) if m is not None]
+    started = [m.since for m in marks if m.phase in (Phase.ROLLING_OUT, Phase.SOAKING)]
+    relapses = sum(
+        1
+        for before, after in itertools.pairwise(marks)
+        if before.phase in (Phase.SOAKING, Phase.AWAITING_APPROVAL)
+        and after.phase is Phase.ROLLING_OUT
+    )
+    return (min(started) if started else whole_seconds(now)), relapses
+
+
+def _capped(actions: list[Action], record: Record) -> list[Action]:
+    """At most MAX_STATUSES per (sha, context), whatever the observations: the last slot is
+    kept for a verdict (GitHub refuses the 1,001st status of a context)."""
+    written: dict[tuple[str, str], int] = {}
+    out: list[Action] = []
+    for action in actions:
+        if isinstance(action, SetStatus):
+            key = (action.commit, action.context)
+            count = written.get(key, len(record.history(*key)))
+            room = MAX_STATUSES - count - (0 if action.state != PENDING else 1)
+            if room <= 0:
+                continue
+            written[key] = count + 1
+        out.append(action)
+    return out
 
 
 def _last_good(stage: StageSpec, inp: RolloutInput, record: Record) -> str | None:

@@ -12,8 +12,14 @@ class Record:
 
     def __init__(self, statuses: Iterable[CommitStatus]) -> None:
         self._latest: dict[tuple[str, str], CommitStatus] = {}
+        self._history: dict[tuple[str, str], list[CommitStatus]] = {}
         for status in statuses:
             self._latest[(status.sha, status.context)] = status
+            self._history.setdefault((status.sha, status.context), []).append(status)
+
+    def history(self, sha: str, context: str) -> list[CommitStatus]:
+        """Every status of (sha, context), oldest first."""
+        return list(self._history.get((sha, context), ()))
 
     def latest(self, sha: str, context: str) -> CommitStatus | None:
         return self._latest.get((sha, context))
