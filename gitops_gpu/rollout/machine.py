@@ -14,12 +14,15 @@ Per stage, in order:
 3. Any other commit still ``pending`` for the stage was superseded by the target: it gets a final
    ``error`` "superseded by <sha7>" (so pull requests do not show it pending forever; ``error``,
    not ``failure``, because nothing was found wrong with it).
-4. If the pools do not all carry the target yet: ``AdoptCommit`` and nothing else. A status for
-   the target is written only once its pools report it (argo-cd#16601: never judge a commit by
-   nodes running another).
+4. With ``approval: required`` and no ``gitops-gpu/approval/<stage>`` success for the target:
+   pending "awaiting approval to roll out" and nothing of the target is applied (an approval is
+   for one commit). Otherwise, if the pools do not all carry the target yet: ``AdoptCommit``.
+   Apart from that pending, a status for the target is written only once its pools report it
+   (argo-cd#16601: never judge a commit by nodes running another).
 5. The gate: too many degraded nodes -> ``failure``; not converged -> pending "rolling out"
    (``failure`` once the stretch exceeds the timeout); converged -> pending "soaking" until the
-   soak has passed; then pending "awaiting approval" if required; then ``success``.
+   soak has passed; then ``success`` (pending "awaiting approval" only if the approval was
+   revoked after adoption).
 
 Statuses are only emitted on phase changes, so a rollout writes a handful per commit and context.
 """
@@ -31,7 +34,7 @@ from collections.abc import Sequence
 
 from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.rollout.actions import Action, AdoptCommit, Rollback, SetStatus, Wait
-from gitops_gpu.rollout.gate import StageView, observe
+from gitops_gpu.rollout.gate import StageView, applied_commit, observe
 from gitops_gpu.rollout.inputs import Commit, RolloutInput
 from gitops_gpu.rollout.phases import (
     Phase,
@@ -52,7 +55,6 @@ from gitops_gpu.rollout.status import (
     fit_description,
     stage_context,
 )
-
 
 MAX_STATUSES = 10  # per commit and context, a verdict included
 MAX_RELAPSES = 3  # converged, then not: a stage that keeps falling back fails
@@ -126,8 +128,14 @@ def _stage_step(
     if state == FAILURE:
         return superseded + _after_failure(stage, target, inp, record)
     view = observe(stage, inp.pools, target)
+    approved = (
+        not stage.gate.approval_required or state == SUCCESS or (target, name) in inp.approvals
+    )
+    if not approved and not view.on_commit:
+        # Approval comes before adoption: nothing of the commit reaches these pools yet.
+        return superseded + _await_rollout_approval(stage, target, inp, record)
     actions: list[Action] = []
-    if not (view.on_commit and view.in_sync):
+    if approved and not (view.on_commit and view.in_sync):
         actions.append(AdoptCommit(name, target))  # also heals drift on a finished stage
     actions.extend(superseded)
     if not view.on_commit:
@@ -137,12 +145,33 @@ def _stage_step(
     return actions
 
 
+def _await_rollout_approval(
+    stage: StageSpec, target: str, inp: RolloutInput, record: Record
+) -> list[Action]:
+    """Pending "awaiting approval to roll out", written once; the stage keeps what it runs."""
+    name, context = stage.name, stage_context(stage.name)
+    latest = record.latest(target, context)
+    mark = read_mark(latest) if latest is not None else None
+    out: list[Action] = []
+    if mark is None or mark.phase is not Phase.AWAITING_ROLLOUT_APPROVAL:
+        running = applied_commit(stage, inp.pools)
+        detail = f"runs {short(running)}" if running else "nothing applied yet"
+        text = pending_description(
+            name, Phase.AWAITING_ROLLOUT_APPROVAL, whole_seconds(inp.now), detail
+        )
+        out.append(SetStatus(target, context, PENDING, text))
+    out.append(Wait(f"{name}: {short(target)} awaiting approval before anything is applied"))
+    return out
+
+
 def _gate(
     stage: StageSpec, target: str, view: StageView, inp: RolloutInput, record: Record
 ) -> list[Action]:
     name, context, gate, now = stage.name, stage_context(stage.name), stage.gate, inp.now
     latest = record.latest(target, context)
     mark = read_mark(latest) if latest is not None else None
+    if mark is not None and mark.phase is Phase.AWAITING_ROLLOUT_APPROVAL:
+        mark = None  # approved and adopted since: the gate starts afresh
     phase = mark.phase if mark is not None else None
     cause = f": {view.first_failure}" if view.first_failure else ""
 

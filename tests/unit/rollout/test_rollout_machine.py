@@ -113,12 +113,13 @@ def test_two_quick_commits_first_is_superseded() -> None:
 def test_superseded_while_awaiting_approval_downstream() -> None:
     fleet = Fleet(stage_specs=stages(production=GateSpec(approval_required=True)))
     fleet.push(A)
-    fleet.run_until(lambda: _phase(fleet, A, "production") is Phase.AWAITING_APPROVAL)
+    fleet.run_until(lambda: _phase(fleet, A, "production") is Phase.AWAITING_ROLLOUT_APPROVAL)
     fleet.push(B)
     fleet.run_until(lambda: fleet.state(B, "canary") == SUCCESS)
-    fleet.run_until(lambda: _phase(fleet, B, "production") is Phase.AWAITING_APPROVAL)
+    fleet.run_until(lambda: _phase(fleet, B, "production") is Phase.AWAITING_ROLLOUT_APPROVAL)
     assert fleet.latest(A, "production").description == f"production: superseded by {B[:7]}"  # type: ignore[union-attr]
     assert fleet.state(A, "production") == ERROR
+    assert fleet.adopted("production") == []  # neither was approved: nothing applied
 
 
 def _phase(fleet: Fleet, commit: str, stage: str) -> Phase | None:
@@ -127,16 +128,57 @@ def _phase(fleet: Fleet, commit: str, stage: str) -> Phase | None:
     return mark.phase if mark else None
 
 
-def test_approval_gate_waits_for_approval() -> None:
-    fleet = Fleet(stage_specs=stages(production=GateSpec(approval_required=True)))
+def test_approval_comes_before_anything_is_applied() -> None:
+    fleet = Fleet(stage_specs=stages(production=GateSpec(soak_seconds=300, approval_required=True)))
     fleet.push(A)
-    fleet.run_until(lambda: _phase(fleet, A, "production") is Phase.AWAITING_APPROVAL)
+    fleet.run_until(lambda: _phase(fleet, A, "production") is Phase.AWAITING_ROLLOUT_APPROVAL)
     waiting = fleet.latest(A, "production")
+    assert waiting is not None
+    assert waiting.description.startswith("production: awaiting approval to roll out since ")
+    assert waiting.description.endswith("; nothing applied yet")
     fleet.run(20)
     assert fleet.latest(A, "production") == waiting  # written once, not every pass
+    assert fleet.adopted("production") == [] and fleet.pools["train"].commit is None
     fleet.approvals.add((A, "production"))
-    fleet.run_pass()
-    assert fleet.latest(A, "production").description == "production: 5/5 nodes on 1111, approved"  # type: ignore[union-attr]
+    approved_at = fleet.now
+    fleet.run_until(lambda: fleet.state(A, "production") == SUCCESS)
+    # then it rolls out, converges and soaks, like any stage
+    phases = [_phase(fleet, A, "production") and read_mark(s) for s in fleet.history(A, "production")]
+    seen = [read_mark(s).phase for s in fleet.history(A, "production") if read_mark(s)]  # type: ignore[union-attr]
+    assert seen == [Phase.AWAITING_ROLLOUT_APPROVAL, Phase.ROLLING_OUT, Phase.SOAKING], phases
+    first = next(t for t, a in fleet.actions if isinstance(a, AdoptCommit) and a.stage == "production")
+    assert first >= approved_at
+    assert fleet.latest(A, "production").description == (  # type: ignore[union-attr]
+        "production: 5/5 nodes on 1111, soaked 5m, approved"
+    )
+
+
+def test_an_approval_is_for_one_commit() -> None:
+    fleet = Fleet(stage_specs=stages(production=GateSpec(approval_required=True)))
+    fleet.approvals.add((A, "production"))
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.state(A, "production") == SUCCESS)
+    fleet.push(B)
+    fleet.run_until(lambda: _phase(fleet, B, "production") is Phase.AWAITING_ROLLOUT_APPROVAL)
+    fleet.run(10)
+    assert fleet.pools["train"].commit == A  # B waits for its own approval
+    assert fleet.latest(B, "production").description.endswith(f"; runs {A[:7]}")  # type: ignore[union-attr]
+    fleet.approvals.add((B, "production"))
+    fleet.run_until(lambda: fleet.state(B, "production") == SUCCESS)
+    assert fleet.pools["train"].commit == B
+
+
+def test_revoked_approval_stops_further_applies() -> None:
+    fleet = Fleet(stage_specs=stages(production=GateSpec(soak_seconds=300, approval_required=True)))
+    fleet.approvals.add((A, "production"))
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.pools["train"].commit == A)
+    fleet.approvals.clear()
+    fleet.pools["train"].in_sync = False  # e.g. label batches still to go
+    before = len(fleet.adopted("production"))
+    fleet.run(40)
+    assert len(fleet.adopted("production")) == before
+    assert fleet.state(A, "production") == PENDING
 
 
 def test_approvals_are_read_from_the_record() -> None:

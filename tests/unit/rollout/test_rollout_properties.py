@@ -15,6 +15,7 @@ from gitops_gpu.fleet.compiled import GateSpec, StageSpec
 from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.machine import step
+from gitops_gpu.rollout.phases import Phase, read_mark
 from gitops_gpu.rollout.record import Record
 from gitops_gpu.rollout.status import (
     PENDING,
@@ -56,11 +57,21 @@ def check(inp: RolloutInput, actions: list[object]) -> None:
                 assert record.state(commit, before) == SUCCESS, f"{action} without {before}"
             if isinstance(action, Rollback):
                 assert record.state(commit, stage_context(action.stage)) == SUCCESS
+            gate = inp.stages[i].gate
+            if isinstance(action, AdoptCommit) and gate.approval_required:
+                approved = (commit, action.stage) in inp.approvals
+                done = record.state(commit, stage_context(action.stage)) == SUCCESS
+                assert approved or done, f"{action} before its approval"
         if isinstance(action, SetStatus) and action.context.startswith("gitops-gpu/stage/"):
             latest = record.state(action.commit, action.context)
             if action.state == PENDING:
                 assert latest not in VERDICTS, "pending over a verdict"
-            if action.state in (PENDING, SUCCESS):
+            mark = read_mark(action.to_status(inp.now))
+            if mark is not None and mark.phase is Phase.AWAITING_ROLLOUT_APPROVAL:
+                stage = inp.stages[index[action.context.rsplit("/", 1)[1]]]
+                assert stage.gate.approval_required
+                assert (action.commit, stage.name) not in inp.approvals
+            elif action.state in (PENDING, SUCCESS):
                 stage = inp.stages[index[action.context.rsplit("/", 1)[1]]]
                 shown = {inp.pools[p].commit if p in inp.pools else None for p in stage.pools}
                 assert shown == {action.commit}, "status for a SHA the stage does not run"
@@ -112,7 +123,7 @@ def test_promotion_and_preflight_invariants(data: st.DataObject) -> None:
                 progressing,
                 "driver: upgrade-failed" if unhealthy else None,
             )
-        if data.draw(st.booleans(), label="approve"):
+        if data.draw(st.integers(0, 6), label="approve") == 0:
             approvals.add((data.draw(st.sampled_from([c.sha for c in commits])), "production"))
         inp = RolloutInput(
             commits=tuple(commits),
