@@ -41,14 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def verifier(args: argparse.Namespace) -> Verifier | None:
     """The Verifier the flags ask for (KEYS loaded and validated now), or None."""
-    if args.verify_signatures is None:
-        if args.verify_mode is not None:
+    keys, mode = getattr(args, "verify_signatures", None), getattr(args, "verify_mode", None)
+    if keys is None:
+        if mode is not None:
             raise TrustConfigError(
                 "--verify-mode without --verify-signatures: nothing would be verified",
                 fix="pass --verify-signatures KEYS too",
             )
         return None
-    return Verifier(args.verify_signatures, args.verify_mode or "head")
+    return Verifier(keys, mode or "head")
 
 
 def require_trusted(args: argparse.Namespace, repo: str | os.PathLike[str], sha: str) -> None:
