@@ -83,7 +83,11 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
         clusters[cname] = target
         conflicts.extend(found)
     return CompiledFleet(
-        commit=commit, name=repo.fleet.metadata.name, stages=stages, clusters=clusters
+        commit=commit,
+        name=repo.fleet.metadata.name,
+        stages=stages,
+        clusters=clusters,
+        allow_mass_pool_removal=repo.fleet.spec.allow_mass_pool_removal,
     ), conflicts
 
 
@@ -110,6 +114,11 @@ def _compile_cluster(
     spec = copy.deepcopy(first["spec"])
     driver = spec.setdefault("driver", {})
     driver["useNvidiaDriverCRD"] = True
+    daemonsets = spec.setdefault("daemonsets", {})
+    if isinstance(daemonsets, dict):
+        # Operand pods move to a new revision only when deleted, so each stage's nodes move when
+        # that stage adopts (sync/operands.py); RollingUpdate, if a fleet insists, is GG042.
+        daemonsets.setdefault("updateStrategy", "OnDelete")
     agreed = policy.common([policy.upgrade_policy(docs[p]) for p in pool_names])
     if agreed:
         driver["upgradePolicy"] = {**agreed, **driver.get("upgradePolicy", {})}

@@ -61,6 +61,8 @@ class CompiledFleet:
     name: str
     stages: tuple[StageSpec, ...]
     clusters: Mapping[str, ClusterTarget]
+    # fleet.yaml spec.allowMassPoolRemoval: this commit may remove most pools of a cluster.
+    allow_mass_pool_removal: bool = False
 
     def pool(self, name: str) -> PoolTarget:
         for cluster in self.clusters.values():

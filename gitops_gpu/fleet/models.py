@@ -13,7 +13,15 @@ import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "gitops-gpu.io/v1alpha1"
@@ -176,6 +184,9 @@ class FleetSpec(_Model):
     stages: list[Stage] = Field(min_length=1)
     # How a pool's deviation from its AICR recipe (NodePool spec.recipe) is reported.
     recipe_policy: Literal["warn", "enforce"] = "warn"
+    # A commit that removes more than half the pools of a cluster is refused (GG041) unless
+    # this says it is meant (docs/rollout.md, "Removing pools").
+    allow_mass_pool_removal: StrictBool = False
 
 
 class Fleet(_Model):

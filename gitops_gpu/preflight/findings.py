@@ -62,6 +62,10 @@ CODES: dict[str, tuple[Severity, str]] = {
         "driver.upgradePolicy.autoUpgrade is not set: ClusterPolicy and "
         "NVIDIADriver default it differently",
     ),
+    "GG029": (
+        Severity.WARNING,
+        "a pool is removed since the base revision: pruned when the stage that held it adopts",
+    ),
     "GG030": (Severity.ERROR, "the driver branch does not support the pool's GPU architecture"),
     "GG031": (Severity.ERROR, "the pool's GPUs need open kernel modules"),
     "GG032": (Severity.ERROR, "the pool's GPUs cannot run open kernel modules"),
@@ -103,6 +107,15 @@ CODES: dict[str, tuple[Severity, str]] = {
         "(error with recipePolicy: enforce)",
     ),
     "GG056": (Severity.INFO, "a recipe comparison could not be made (what is missing is named)"),
+    "GG041": (
+        Severity.ERROR,
+        "the commit removes more than half the pools of a cluster without allowMassPoolRemoval",
+    ),
+    "GG042": (
+        Severity.WARNING,
+        "daemonsets.updateStrategy RollingUpdate: cluster-wide operand changes reach every pool "
+        "at once",
+    ),
     "GG040": (Severity.INFO, "the base revision could not be compared"),
 }
 

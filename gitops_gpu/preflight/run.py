@@ -28,8 +28,10 @@ from gitops_gpu.preflight import (
     history,
     live,
     matrix,
+    operand_checks,
     recipe_check,
     recipe_live,
+    removals,
 )
 from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
 from gitops_gpu.preflight.plan import Plan, make_plan
@@ -98,6 +100,7 @@ def run_preflight(
     findings += checks.managed_selector_labels(repo)
     findings += checks.no_effect(repo, compiled)
     findings += checks.auto_upgrade_unset(repo)
+    findings += operand_checks.rolling_update(repo, compiled)
 
     factory = client_factory or (live.kube_factory(kubeconfig) if kubeconfig else None)
     clients = {c.name: factory(c.context) for c in compiled.clusters.values()} if factory else {}
@@ -119,7 +122,7 @@ def run_preflight(
 
     plan, base_sha = None, None
     if base_rev:
-        plan, base_sha, base_findings = _against_base(root, base_rev, repo, compiled)
+        plan, base_sha, base_findings = _against_base(root, base_rev, repo, compiled, nodes)
         findings += base_findings
     return PreflightResult(
         sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes
@@ -127,7 +130,7 @@ def run_preflight(
 
 
 def _against_base(
-    root: Path, rev: str, repo: FleetRepo, head: CompiledFleet
+    root: Path, rev: str, repo: FleetRepo, head: CompiledFleet, nodes: Nodes
 ) -> tuple[Plan | None, str | None, list[Finding]]:
     try:
         base_repo, base_sha = history.load_revision(root, rev)
@@ -165,6 +168,7 @@ def _against_base(
         )
     findings = list(history.immutable_changes(repo, base, head))
     findings += history.blast_radius(repo, base, head)
+    findings += removals.removed_pools(repo, base, head, nodes)
     return make_plan(base, head), base_sha, findings
 
 

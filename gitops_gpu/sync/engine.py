@@ -20,7 +20,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
-from gitops_gpu.sync import diff, labels
+from gitops_gpu.sync import diff, labels, prune
 from gitops_gpu.sync.live import LiveReader, selector_matches
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,11 @@ class Selection:
     """Which part of a cluster's target a plan covers."""
 
     pools: frozenset[str]
-    cluster_scoped: bool  # the ClusterPolicy, prunes and orphaned node labels
+    cluster_scoped: bool  # the ClusterPolicy (and, with no ``stage``, every prune)
+    # With a stage, a removed pool is pruned only by the stage that held it (sync/prune.py);
+    # ``stages`` are the cluster's stages in rollout order, to find that stage.
+    stage: str | None = None
+    stages: tuple[str, ...] = ()
 
 
 def select(
@@ -44,13 +48,15 @@ def select(
     pool: str | None = None,
     stage: str | None = None,
 ) -> Selection:
-    """``--pool`` covers one pool's objects; ``--stage`` its pools, plus the cluster-scoped part
-    when it is the cluster's first stage (that stage carries cluster-wide changes)."""
+    """``--pool`` covers one pool's objects; ``--stage`` its pools and the removed pools it
+    held, plus the ClusterPolicy when it is the cluster's first stage (that stage carries
+    cluster-wide changes)."""
     if pool is not None:
         return Selection(frozenset({pool}) & frozenset(cluster.pools), False)
     if stage is not None:
         pools = frozenset(compiled.stage(stage).pools) & frozenset(cluster.pools)
-        return Selection(pools, first_stage(compiled, cluster) == stage)
+        stages = tuple(prune.cluster_stages(compiled, cluster))
+        return Selection(pools, first_stage(compiled, cluster) == stage, stage, stages)
     return Selection(frozenset(cluster.pools), True)
 
 
@@ -169,11 +175,11 @@ class Engine:
             cp = target.cluster_policy
             live_cp = self.reader.get(CP_API, CP_KIND, str(cp["metadata"]["name"]))
             cluster_objects.append(self._diff(cp, live_cp, None))
-            wanted = {str(p.driver["metadata"]["name"]) for p in target.pools.values()}
-            for name, live in sorted(drivers.items()):
-                if name not in wanted:
-                    pool = (live["metadata"].get("annotations") or {}).get(names.POOL_ANNOTATION)
-                    cluster_objects.append(diff.pruned(live, pool))
+        wanted = {str(p.driver["metadata"]["name"]) for p in target.pools.values()}
+        for name, live in sorted(drivers.items()):
+            if name not in wanted and self._prunes(selection, live):
+                pool = (live["metadata"].get("annotations") or {}).get(names.POOL_ANNOTATION)
+                cluster_objects.append(diff.pruned(live, pool))
         pools = []
         for name in sorted(selection.pools):
             pool = target.pools[name]
@@ -196,11 +202,16 @@ class Engine:
                 )
             )
         orphans: list[diff.NodeLabelDiff] = []
-        if selection.cluster_scoped:
-            for node in nodes:
-                owner = (node["metadata"].get("labels") or {}).get(names.POOL_LABEL)
-                if owner and owner not in target.pools and diff.managed_label_keys(node):
-                    orphans.append(diff.diff_node_labels(node, {}, owner))
+        for node in nodes:
+            owner = (node["metadata"].get("labels") or {}).get(names.POOL_LABEL)
+            if not owner or owner in target.pools or not diff.managed_label_keys(node):
+                continue
+            held = drivers.get(owner)  # a pool's NVIDIADriver is named after it
+            # Labels left without their NVIDIADriver (pruned by its stage in an earlier pass)
+            # go with the ClusterPolicy's stage.
+            mine = self._prunes(selection, held) if held else selection.cluster_scoped
+            if mine:
+                orphans.append(diff.diff_node_labels(node, {}, owner))
         return ClusterPlan(
             target.name,
             commit,
@@ -208,6 +219,14 @@ class Engine:
             tuple(pools),
             tuple(o for o in orphans if o.changes),
         )
+
+    @staticmethod
+    def _prunes(selection: Selection, live: Obj) -> bool:
+        """Whether ``selection`` prunes the removed pool whose live NVIDIADriver is ``live``."""
+        if selection.stage is None:
+            return selection.cluster_scoped
+        held = prune.pruning_stage(prune.held_by(live), list(selection.stages))
+        return held == selection.stage
 
     # -- apply ----------------------------------------------------------------------------------
     def apply(

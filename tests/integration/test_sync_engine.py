@@ -250,3 +250,52 @@ def test_labels_change_in_batches_of_max_unavailable(
         if n["metadata"]["labels"].get(names.POOL_LABEL) == pool
     ]
     assert len(labelled) == 20
+
+
+def _drop_pool(work: Path, victim: str) -> None:
+    shutil.rmtree(work / "nodepools" / victim)
+    yaml = YAML()
+    fleet = yaml.load((work / "fleet.yaml").read_text())
+    for stage in fleet["spec"]["stages"]:
+        if victim in stage["pools"]:
+            stage["pools"].remove(victim)
+    fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
+    with (work / "fleet.yaml").open("w") as fh:
+        yaml.dump(fleet, fh)
+
+
+def test_a_removed_pool_is_pruned_only_by_the_stage_that_held_it(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    _add_nodes(tb, fleet_remote.work)
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    # train-h100 is held by the last stage (training); infer-l40s is the only pool of
+    # inference, so that stage goes with it and the last stage prunes it.
+    fleet_remote.commit("remove train-h100", lambda w: _drop_pool(w, "train-h100"))
+    fleet_remote.commit("remove infer-l40s", lambda w: _drop_pool(w, "infer-l40s"))
+
+    def apply_stage(stage: str) -> None:
+        args = ("apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+        assert run(capsys, *args, "--stage", stage)[0] == 0
+
+    def labelled(pool: str) -> list[str]:
+        return [
+            n["metadata"]["name"]
+            for n in tb.client.list("v1", "Node")["items"]
+            if n["metadata"]["labels"].get(names.POOL_LABEL) == pool
+        ]
+
+    _, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig, "--stage", "canary")
+    assert [o for o in plan["plans"][0]["clusterObjects"] if o["action"] == "pruned"] == []
+    apply_stage("canary")  # the first stage carries the ClusterPolicy, not these prunes
+    assert tb.client.get(*DRV, "train-h100") is not None
+    assert tb.client.get(*DRV, "infer-l40s") is not None
+    assert labelled("train-h100") and labelled("infer-l40s")
+    _, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig, "--stage", "training")
+    pruned = [o["name"] for o in plan["plans"][0]["clusterObjects"] if o["action"] == "pruned"]
+    assert pruned == ["infer-l40s", "train-h100"]
+    apply_stage("training")
+    assert tb.client.get(*DRV, "train-h100") is None and tb.client.get(*DRV, "infer-l40s") is None
+    assert labelled("train-h100") == [] and labelled("infer-l40s") == []
+    assert tb.client.get(*DRV, "train-b200") is not None and labelled("train-b200")

@@ -201,4 +201,7 @@ def test_no_user_field_is_lost(fleet: dict[str, Any]) -> None:
                 assert target == value, (name, path)
     for path, value in iter_leaves(prune_nulls({"spec": fleet["base"]["spec"]})):
         if path[1] not in ("driver", "gds", "gdrcopy"):
-            assert _at(cp, path) == value, path
+            if value == {}:  # compile may fill an empty map (daemonsets.updateStrategy)
+                assert isinstance(_at(cp, path), dict), path
+            else:
+                assert _at(cp, path) == value, path

@@ -282,6 +282,18 @@ def test_gg028_auto_upgrade_unset(tmp_path: Path) -> None:
     assert f.file == "base/clusterpolicy.yaml"
 
 
+def test_gg042_rolling_update_reaches_every_pool_at_once(tmp_path: Path) -> None:
+    base = minimal_base()
+    base["spec"]["daemonsets"] = {"updateStrategy": "RollingUpdate"}
+    root = write_repo(tmp_path, {"a": H100}, base=base)
+    (f,) = only(check(root), "GG042")
+    assert f.file == "base/clusterpolicy.yaml" and f.severity == "warning"
+    assert "cluster-wide operand changes will reach every pool at once" in f.message
+    # left out, compile sets OnDelete and nothing is said
+    root = write_repo(tmp_path / "b", {"a": H100})
+    assert not [f for f in check(root) if f.code == "GG042"]
+
+
 def _driver(tmp_path: Path, product: str, **driver: Any) -> list[Finding]:
     root = write_repo(
         tmp_path, {"a": {"gpu": {"product": product}}}, overlays={"a": overlay({"driver": driver})}

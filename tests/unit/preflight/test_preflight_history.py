@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,50 @@ def test_export_refuses_a_fleet_file_that_is_a_symlink(
     # as a base it is a finding, never an exception or a file read through the link
     findings = _check(root, sha).findings
     assert any(f.code == "GG040" and "is a symlink" in f.message for f in findings)
+
+
+def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_gg029_removed_pool_names_its_stage_and_node_count(
+    fleet: tuple[git.Repo, Path, str],
+) -> None:
+    _, root, v1 = fleet
+    write_repo(root, {"a": H100}, stages=[{"name": "canary", "pools": ["a"]}])
+    shutil.rmtree(root / "nodepools" / "b")
+    nodes = {"default": [_node("b-0", {"p": "b"}), _node("b-1", {"p": "b"}), _node("x", {})]}
+    result = run_preflight(root, base_rev=v1, live_nodes=nodes, today=datetime.date(2026, 11, 1))
+    (f,) = [f for f in result.findings if f.code == "GG029"]
+    assert f.severity == "warning" and f.pool == "b" and f.file == "fleet.yaml"
+    # 'prod' held b and is gone with it: the cluster's last stage prunes it
+    assert "pool 'b' (stage 'prod', cluster 'default') is removed" in f.message
+    assert "2 nodes lose their GPU Operator labels" in f.message
+    assert "stage 'canary' (the cluster's last; 'prod' no longer holds pools)" in f.message
+    assert not [f for f in result.findings if f.code == "GG041"]  # one of two is not a majority
+
+
+def test_gg041_removing_most_pools_needs_an_opt_in(tmp_path: Path) -> None:
+    repo = git.Repo.init(tmp_path)
+    three = {p: {**H100, "nodeSelector": {"p": p}} for p in ("a", "b", "c")}
+    stages = [{"name": "canary", "pools": ["a"]}, {"name": "prod", "pools": ["b", "c"]}]
+    root = write_repo(tmp_path / "f", three, stages=stages)
+    v1 = _commit(repo, "v1")
+    for gone in ("b", "c"):
+        shutil.rmtree(root / "nodepools" / gone)
+    write_repo(root, {"a": three["a"]}, stages=[{"name": "canary", "pools": ["a"]}])
+    result = _check(root, v1)
+    removed = sorted(f.pool for f in result.findings if f.code == "GG029")
+    assert removed == ["b", "c"]
+    (err,) = [f for f in result.findings if f.code == "GG041"]
+    assert (
+        err.severity == "error" and "removes 2 of the 3 pools of cluster 'default'" in err.message
+    )
+    assert "(count them with --kubeconfig)" in next(
+        f.message for f in result.findings if f.code == "GG029"
+    )
+    fleet_yaml = root / "fleet.yaml"
+    fleet_yaml.write_text(
+        fleet_yaml.read_text().replace("spec:\n", "spec:\n  allowMassPoolRemoval: true\n", 1)
+    )
+    assert not [f for f in _check(root, v1).findings if f.code == "GG041"]

@@ -143,10 +143,12 @@ def test_approval_comes_before_anything_is_applied() -> None:
     approved_at = fleet.now
     fleet.run_until(lambda: fleet.state(A, "production") == SUCCESS)
     # then it rolls out, converges and soaks, like any stage
-    phases = [_phase(fleet, A, "production") and read_mark(s) for s in fleet.history(A, "production")]
-    seen = [read_mark(s).phase for s in fleet.history(A, "production") if read_mark(s)]  # type: ignore[union-attr]
-    assert seen == [Phase.AWAITING_ROLLOUT_APPROVAL, Phase.ROLLING_OUT, Phase.SOAKING], phases
-    first = next(t for t, a in fleet.actions if isinstance(a, AdoptCommit) and a.stage == "production")
+    marks = [read_mark(s) for s in fleet.history(A, "production")]
+    seen = [m.phase for m in marks if m is not None]
+    assert seen == [Phase.AWAITING_ROLLOUT_APPROVAL, Phase.ROLLING_OUT, Phase.SOAKING]
+    first = next(
+        t for t, a in fleet.actions if isinstance(a, AdoptCommit) and a.stage == "production"
+    )
     assert first >= approved_at
     assert fleet.latest(A, "production").description == (  # type: ignore[union-attr]
         "production: 5/5 nodes on 1111, soaked 5m, approved"
