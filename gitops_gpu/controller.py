@@ -149,7 +149,13 @@ class Controller:
         error (git, the apiserver, the CRDs) is not: the commit stays unjudged, nothing is
         written about it, and the next pass tries again.
         """
-        untrusted = self._untrusted(sha)
+        try:
+            untrusted = self._untrusted(sha)  # --verify-signatures: before anything else
+        except (KubeError, SourceError) as exc:  # not fetched yet; the apiserver
+            # (A KEYS that broke while running raises on: the pass fails, loudly.)
+            self.metrics.unjudged.inc()
+            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
+            return None
         if untrusted is not None:
             return untrusted
         if sha in self._checked:

@@ -180,3 +180,33 @@ def _count(ctl: Controller, reason: str) -> float:
         "gitops_gpu_untrusted_commits_total", {"reason": reason}
     )
     return value or 0.0
+
+
+def test_keys_broken_while_running_fail_the_pass_and_apply_nothing(
+    env: Env, signers: Signers, tmp_path: Path
+) -> None:
+    carol = signers.gpg_key("carol")
+    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"carol": carol})
+    sha = signers.commit(env.remote.work, "signed by carol", carol, fast_gates())
+    cfg = Config(
+        repo=env.remote.url, cache_dir=tmp_path / "ctl", interval=0.3, verifier=Verifier(keys)
+    )
+    ctl = Controller(cfg, env.tb.client)
+    ctl.start_informers()
+    try:
+        (keys / "carol.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\ngarbage\n")
+        report = ctl.run_pass()
+        assert report.result == "error"
+        assert "carol.asc: not a valid OpenPGP public key" in report.error
+        assert env.context_state(sha, PREFLIGHT_CONTEXT) is None  # nothing written
+        assert drivers(env) == {}  # nothing applied
+        # Fixed: the next pass judges the commit. A commit asked about before it was fetched
+        # (another thread racing the poll) is left unjudged, never failed.
+        (keys / "carol.asc").write_text(signers.export(carol))
+        assert ctl.run_pass().result == "ok"
+        assert env.context_state(sha, PREFLIGHT_CONTEXT) == "success"
+        later = signers.commit(env.remote.work, "pushed, not fetched", carol, push=False)
+        assert ctl.checked(later) is None
+        assert env.context_state(later, PREFLIGHT_CONTEXT) is None
+    finally:
+        ctl.stop_informers()
