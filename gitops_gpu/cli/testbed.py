@@ -8,16 +8,20 @@ from pathlib import Path
 
 from gitops_gpu import kube, paths
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import build, controlplane, session, simulator
+from gitops_gpu.testbed import build, controlplane, operator, operator_build, session, simulator
 from gitops_gpu.testbed import gitea as forge
 from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.reports import SnapshotReports
+
+DEFAULT_OPERATOR = operator.DEFAULT_MODE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("testbed", help="local control plane: build, up, down")
     tsub = p.add_subparsers(dest="testbed_cmd", required=True)
-    b = tsub.add_parser("build", help="build or reuse the control-plane binaries")
+    b = tsub.add_parser(
+        "build", help="build or reuse the control-plane binaries and the GPU Operator"
+    )
     b.set_defaults(func=_build)
     u = tsub.add_parser("up", help="start etcd, kube-apiserver, kube-controller-manager, kwok")
     u.add_argument("--dir", required=True, type=Path)
@@ -25,9 +29,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--nodes-per-pool", type=int, default=2)
     u.add_argument("--crds", type=Path, help="GPU Operator CRDs (default ../shared/upstream/...)")
     u.add_argument(
+        "--operator",
+        choices=operator.OPERATOR_MODES,
+        default=DEFAULT_OPERATOR,
+        help="real: run the GPU Operator v26.7.0 as a process; sim: the simulator plays it "
+        f"(default {DEFAULT_OPERATOR})",
+    )
+    u.add_argument(
         "--simulate",
         action="store_true",
-        help="also run the GPU Operator/NVML simulator (stopped by `down`)",
+        help="also play the hosts (NVML reports, MIG manager, GFD driver labels, faults) and, "
+        "with --operator sim, the GPU Operator (stopped by `down`)",
     )
     u.add_argument("--tick", type=float, default=0.5, help="simulator time step in seconds")
     u.add_argument(
@@ -44,6 +56,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = tsub.add_parser("simulate", help="run the GPU Operator/NVML simulator in the foreground")
     s.add_argument("--dir", required=True, type=Path)
     s.add_argument("--tick", type=float, default=0.5)
+    s.add_argument(
+        "--operator",
+        choices=("auto", *operator.OPERATOR_MODES),
+        default="auto",
+        help="real: play only the hosts beside the real operator; auto: real when the testbed "
+        "in DIR runs it",
+    )
     s.set_defaults(func=_simulate)
     f = tsub.add_parser("fault", help="inject (or --clear) a fault on a fake node")
     f.add_argument("node")
@@ -57,9 +76,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _build(_args: argparse.Namespace) -> int:
-    bins = build.ensure_binaries()
+    try:
+        bins = build.ensure_binaries()
+        op = operator_build.ensure_operator()
+    except GitopsGpuError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for name, value in vars(bins).items():
         print(f"{name}: {value}")
+    print(f"gpu_operator: {op.binary} (assets {op.assets})")
     print(f"gitea: {forge.ensure_gitea()}")
     return 0
 
@@ -67,13 +92,17 @@ def _build(_args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     try:
         tb = session.start(
-            args.dir, fleet=args.fleet, nodes_per_pool=args.nodes_per_pool, crds_dir=args.crds
+            args.dir,
+            fleet=args.fleet,
+            nodes_per_pool=args.nodes_per_pool,
+            crds_dir=args.crds,
+            operator_mode=args.operator,
         )
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.simulate:
-        controlplane.spawn_simulator(tb.state, args.tick)
+        controlplane.spawn_simulator(tb.state, args.tick, plays_operator=args.operator == "sim")
         print(f"simulator running (tick {args.tick}s); log in {tb.dir / 'logs' / 'simulator.log'}")
     if args.forge:
         try:
@@ -82,7 +111,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             session.stop(args.dir)
             return 1
-    print(f"testbed up: {tb.state.server}")
+    print(f"testbed up: {tb.state.server} (GPU Operator: {args.operator})")
     print(f"  export KUBECONFIG={tb.kubeconfig}")
     print(f"  {len(tb.node_names)} fake GPU nodes; logs in {tb.dir / 'logs'}")
     print(f"  stop with: gitops-gpu testbed down --dir {args.dir}")
@@ -93,6 +122,7 @@ def _up_forge(args: argparse.Namespace, tb: session.Testbed) -> None:
     fleet = args.fleet or paths.fleet_example()
     f = forge.up(tb.state, fleet, webhook_url=args.forge_webhook, progress=build._stderr)
     print(f"forge up: {f.url} (repo {f.repo}); {tb.dir / 'forge.json'}")
+    print(f"  export GITOPS_GPU_GIT_TOKEN=$(cat {f.token_file})")
     print(f"  export GITOPS_GPU_STATUS_TOKEN=$(cat {f.token_file})")
     print(
         f"  gitops-gpu controller --repo {f.clone_url} --status-backend {f.status_backend}"
@@ -116,8 +146,18 @@ def _client(directory: Path) -> kube.Client:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    sim_ = simulator.Simulator(_client(args.dir), tick=args.tick, report_fn=SnapshotReports())
-    print(f"simulating the GPU Operator and NVML every {args.tick}s (Ctrl-C stops)", flush=True)
+    mode = args.operator
+    if mode == "auto":
+        state = controlplane.State.load(args.dir.resolve())
+        mode = "real" if state is not None and operator.PROCESS in state.pids else "sim"
+    sim_ = simulator.Simulator(
+        _client(args.dir),
+        tick=args.tick,
+        report_fn=SnapshotReports(),
+        plays_operator=mode == "sim",
+    )
+    what = "the GPU Operator and the hosts" if mode == "sim" else "the hosts (operator: real)"
+    print(f"simulating {what} every {args.tick}s (Ctrl-C stops)", flush=True)
     try:
         sim_.run()
     except KeyboardInterrupt:

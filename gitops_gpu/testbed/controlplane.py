@@ -1,4 +1,6 @@
-"""Start and stop a real local control plane: etcd, kube-apiserver, kube-controller-manager, kwok.
+"""Start and stop a real local control plane: etcd, kube-apiserver, kube-controller-manager
+(with the node-lifecycle controller, which lifts the not-ready taint kwok nodes are created
+with), kube-scheduler (binds DaemonSet pods, e.g. the real GPU Operator's) and kwok.
 
 Every process binds 127.0.0.1 on a free port, runs in its own process group (so ``down`` can
 stop it and its children), and logs to ``DIR/logs/<name>.log``. ``DIR/state.json`` records the
@@ -23,7 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,7 +99,14 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)
 
 
-def _spawn(name: str, argv: Sequence[str], state: State, *, die_with_parent: bool) -> None:
+def _spawn(
+    name: str,
+    argv: Sequence[str],
+    state: State,
+    *,
+    die_with_parent: bool,
+    env: Mapping[str, str] | None = None,
+) -> None:
     logs = Path(state.dir) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = (logs / f"{name}.log").open("ab")
@@ -106,6 +115,7 @@ def _spawn(name: str, argv: Sequence[str], state: State, *, die_with_parent: boo
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
         start_new_session=True,
         preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509 (prctl only)
     )
@@ -278,7 +288,10 @@ def _start_kcm(bins: Binaries, state: State, die: bool) -> None:
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={state.ca_file}",
                 "--use-service-account-credentials=false",
-                "--controllers=*,-nodeipam,-nodelifecycle,-ttl,-cloud-node-lifecycle",
+                "--controllers=*,-nodeipam,-ttl,-cloud-node-lifecycle",
+                # Operand DaemonSets make a pod per node: the default 20 QPS is minutes at scale.
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
                 f"--cert-dir={pki / 'kcm'}",
                 "--v=0",
             ],
@@ -294,6 +307,37 @@ def _start_kcm(bins: Binaries, state: State, die: bool) -> None:
                 fix=f"see {state.dir}/logs/kube-controller-manager.log",
             )
     raise TestbedError("kube-controller-manager: no free port after 3 tries", fix="free some ports")
+
+
+def _start_scheduler(bins: Binaries, state: State, die: bool) -> None:
+    kubeconfig = str(state.kubeconfig)
+    for _attempt in range(3):
+        _spawn(
+            "kube-scheduler",
+            [
+                str(bins.kube_scheduler),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--v=0",
+            ],
+            state,
+            die_with_parent=die,
+        )
+        time.sleep(0.5)
+        if _alive(state.pids["kube-scheduler"]):
+            return
+        if not _port_in_use_error(state, "kube-scheduler"):
+            raise TestbedError(
+                f"kube-scheduler exited:\n{_log_tail(state, 'kube-scheduler')}",
+                fix=f"see {state.dir}/logs/kube-scheduler.log",
+            )
+    raise TestbedError("kube-scheduler: no free port after 3 tries", fix="free some ports")
 
 
 def _start_kwok(bins: Binaries, state: State, die: bool) -> None:
@@ -354,8 +398,9 @@ def up(
         say("starting kube-apiserver")
         _start_apiserver(bins, state, token, die_with_parent)
         _write_kubeconfig(state.kubeconfig, state.server, state.ca_file, token, ADMIN_USER)
-        say("starting kube-controller-manager and kwok")
+        say("starting kube-controller-manager, kube-scheduler and kwok")
         _start_kcm(bins, state, die_with_parent)
+        _start_scheduler(bins, state, die_with_parent)
         _start_kwok(bins, state, die_with_parent)
     except BaseException:
         _stop_all(state)
@@ -383,6 +428,15 @@ def _stop_all(state: State, grace: float = 10.0) -> None:
                 child.wait(timeout=5)
 
 
+def stop_process(state: State, name: str, grace: float = 10.0) -> None:
+    """Stop one process of the testbed (and its group), forgetting it in DIR/state.json."""
+    pid = state.pids.pop(name, None)
+    if pid is None:
+        return
+    _stop_all(State(dir=state.dir, pids={name: pid}), grace)
+    state.save()
+
+
 def down(directory: Path) -> bool:
     """Stop every process recorded in ``directory`` and remove its state; False if none."""
     directory = directory.resolve()
@@ -394,8 +448,9 @@ def down(directory: Path) -> bool:
     return state is not None
 
 
-def simulator_argv(directory: str | Path, tick: float) -> list[str]:
-    """The command that runs the GPU Operator/NVML simulator against the testbed in DIR."""
+def simulator_argv(directory: str | Path, tick: float, *, plays_operator: bool = True) -> list[str]:
+    """The command that runs the simulator against the testbed in DIR: the hosts (NVML, MIG
+    manager, faults) and, with ``plays_operator``, the GPU Operator too."""
     return [
         sys.executable,
         "-m",
@@ -406,10 +461,13 @@ def simulator_argv(directory: str | Path, tick: float) -> list[str]:
         str(directory),
         "--tick",
         str(tick),
+        "--operator",
+        "sim" if plays_operator else "real",
     ]
 
 
-def spawn_simulator(state: State, tick: float) -> None:
+def spawn_simulator(state: State, tick: float, *, plays_operator: bool = True) -> None:
     """Run `gitops-gpu testbed simulate` as one more process of the testbed (stopped by down)."""
-    _spawn("simulator", simulator_argv(state.dir, tick), state, die_with_parent=False)
+    argv = simulator_argv(state.dir, tick, plays_operator=plays_operator)
+    _spawn("simulator", argv, state, die_with_parent=False)
     state.save()

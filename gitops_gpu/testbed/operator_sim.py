@@ -23,6 +23,7 @@ SIM = "sim.gitops-gpu.io"
 DRIVER_ANN = f"{SIM}/driver-version"
 MIG_ANN = f"{SIM}/mig-config"
 FAULT_ANN = f"{SIM}/fault"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 # Read by components.validator where no operator-validator pods run (KWOK nodes).
 VALIDATOR_ANN = f"{names.GROUP}/validator"
 FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed")
@@ -39,17 +40,19 @@ STEPS = (
     "upgrade-done",
 )
 FAILED = "upgrade-failed"
+# controllers/state_manager.go gpuStateLabels["container"]; mig-manager only where MIG-capable.
 DEPLOY_COMPONENTS = (
     "driver",
-    "container-toolkit",
     "gpu-feature-discovery",
+    "container-toolkit",
     "device-plugin",
     "dcgm",
     "dcgm-exporter",
     "node-status-exporter",
     "operator-validator",
-    "mig-manager",
+    "client",
 )
+MIG_MANAGER_DEPLOY = "mig-manager"
 Obj = Mapping[str, Any]
 
 
@@ -136,21 +139,25 @@ def driver_step(nodes: Sequence[Obj], driver: Obj) -> dict[str, NodePatch]:
         state = labels.get(names.UPGRADE_STATE_LABEL, "")
         if labels.get(names.DRIVER_OWNER_LABEL) != owner:
             patch.labels[names.DRIVER_OWNER_LABEL] = owner
-        for comp in DEPLOY_COMPONENTS:
-            if f"{names.DEPLOY_LABEL_PREFIX}{comp}" not in labels:
-                patch.labels[f"{names.DEPLOY_LABEL_PREFIX}{comp}"] = "true"
         if current is None and desired:
-            # A fresh node: the driver DaemonSet installs the desired version directly.
+            # A fresh node: the driver DaemonSet installs the desired version directly, and
+            # the upgrade controller finds its pod in sync: upgrade-done.
             patch.annotations[DRIVER_ANN] = desired
             patch.annotations[VALIDATOR_ANN] = "passed"
             patch.labels.update(driver_labels(desired))
+            if auto and state == "":
+                patch.labels[names.UPGRADE_STATE_LABEL] = "upgrade-done"
             continue
         if state in IDLE and current != desired and auto:
             patch.labels[names.UPGRADE_STATE_LABEL] = "upgrade-required"
         elif state == "upgrade-required" and current == desired:
             patch.labels[names.UPGRADE_STATE_LABEL] = "upgrade-done"
         elif state == FAILED and fault(node) != "upgrade-failed":
-            patch.labels[names.UPGRADE_STATE_LABEL] = "pod-restart-required"
+            # The driver pod came up after all: k8s-operator-libs goes on to uncordon.
+            patch.annotations[DRIVER_ANN] = desired
+            patch.annotations[VALIDATOR_ANN] = "passed"
+            patch.labels.update(driver_labels(desired))
+            patch.labels[names.UPGRADE_STATE_LABEL] = "uncordon-required"
         elif state in STEPS[1:-1]:
             _advance(node, state, desired, patch)
     waiting = sorted(
@@ -182,6 +189,24 @@ def _advance(node: Obj, state: str, desired: str, patch: NodePatch) -> None:
     patch.labels[names.UPGRADE_STATE_LABEL] = nxt
 
 
+def node_labels(node: Obj) -> NodePatch:
+    """The ClusterPolicy controller's node labelling: deploy labels on GPU nodes (mig-manager
+    only on MIG-capable ones), and ``mig.config=all-disabled`` where a MIG-capable node has
+    none (the chart's migManager.config.default)."""
+    labels = _labels(node)
+    patch = NodePatch()
+    deploy = list(DEPLOY_COMPONENTS)
+    mig_capable = labels.get("nvidia.com/mig.capable") == "true"
+    if mig_capable:
+        deploy.append(MIG_MANAGER_DEPLOY)
+        if not labels.get(names.MIG_CONFIG_LABEL):
+            patch.labels[names.MIG_CONFIG_LABEL] = "all-disabled"
+    for comp in deploy:
+        if not labels.get(f"{names.DEPLOY_LABEL_PREFIX}{comp}"):
+            patch.labels[f"{names.DEPLOY_LABEL_PREFIX}{comp}"] = "true"
+    return patch
+
+
 def mig_step(node: Obj) -> NodePatch:
     """The MIG manager: apply the node's mig.config label, reporting mig.config.state."""
     labels = _labels(node)
@@ -205,6 +230,19 @@ def mig_step(node: Obj) -> NodePatch:
         patch.annotations[MIG_ANN] = desired
         patch.labels[names.MIG_CONFIG_STATE_LABEL] = "success"
     return patch
+
+
+def cluster_policy_state(nodes: Sequence[Obj]) -> str:
+    """ClusterPolicy status.state with NVIDIADriver CRs (v26.7.0 nvidiaDriverUpgradeIncomplete):
+    notReady while a node owned by an NVIDIADriver is in any upgrade state but done/none (its
+    operands are all Ready on KWOK). Ready as soon as it exists, before operands are scheduled."""
+    for node in nodes:
+        labels = _labels(node)
+        if names.DRIVER_OWNER_LABEL not in labels or labels.get(SKIP_LABEL) == "true":
+            continue
+        if labels.get(names.UPGRADE_STATE_LABEL, "") not in IDLE:
+            return "notReady"
+    return "ready"
 
 
 def driver_state(nodes: Sequence[Obj], driver: Obj) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gitops_gpu import kube, paths
-from gitops_gpu.testbed import build, controlplane, crds, nodes
+from gitops_gpu.testbed import build, controlplane, crds, nodes, operator, operator_build
 
 
 @dataclass
@@ -15,6 +15,7 @@ class Testbed:
     state: controlplane.State
     client: kube.Client
     node_names: list[str]
+    operator: str = "sim"  # "real": the GPU Operator runs as a process of the testbed
 
     @property
     def kubeconfig(self) -> str:
@@ -33,8 +34,10 @@ def start(
     crds_dir: Path | None = None,
     die_with_parent: bool = False,
     progress: build.Progress = build._stderr,
+    operator_mode: str = "sim",
 ) -> Testbed:
     bins = build.ensure_binaries(progress)
+    op = operator_build.ensure_operator(progress) if operator_mode == "real" else None
     state = controlplane.up(bins, directory, die_with_parent=die_with_parent, progress=progress)
     try:
         client = kube.Client.from_kubeconfig(str(state.kubeconfig))
@@ -43,6 +46,11 @@ def start(
             crd_paths.append(paths.own_crds_dir())
         installed = crds.install(client, crd_paths)
         progress(f"installed {len(installed)} CRDs")
+        if op is not None:
+            operator.start(state, client, op, die_with_parent=die_with_parent)
+            progress(
+                f"GPU Operator {op.version} running (log in {state.dir}/logs/gpu-operator.log)"
+            )
         names: list[str] = []
         if fleet is not None:
             names = nodes.create_pool_nodes(client, nodes.read_pool_shapes(fleet), nodes_per_pool)
@@ -51,7 +59,7 @@ def start(
     except BaseException:
         controlplane.down(directory)
         raise
-    return Testbed(state=state, client=client, node_names=names)
+    return Testbed(state=state, client=client, node_names=names, operator=operator_mode)
 
 
 def stop(directory: Path) -> bool:

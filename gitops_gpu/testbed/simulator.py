@@ -1,15 +1,22 @@
-"""Runs the simulated GPU Operator and NVML against the testbed's KWOK nodes.
+"""Runs the simulated GPU Operator (or, beside the real one, only the hosts) and NVML against
+the testbed's KWOK nodes.
 
-Each tick reads NVIDIADrivers and GPU nodes, applies `operator_sim` to them, writes the
-resulting node patches and CR statuses, and publishes each node's NodeGPUReport as the agent
-would (from the NVML snapshot of the node's GPU product, with the simulated driver, MIG mode
-and faults). ``tick`` sets the time scale: 0.1 s makes an upgrade of a node take ~1 s.
+With ``plays_operator`` (``--operator sim``) each tick reads NVIDIADrivers and GPU nodes,
+applies `operator_sim` to them, and writes the resulting node patches and CR statuses. Beside
+the real operator (``--operator real``) it plays only what no operator writes (:mod:`hosts`):
+the driver a host runs once its driver pod is Ready, GFD's driver labels, crash-looping driver
+pods for the ``upgrade-failed`` fault, and nudges for the upgrade controller. Either way it
+plays the MIG manager's ``mig.config.state``, NotReady nodes, and publishes each node's
+NodeGPUReport as the agent would (from the NVML snapshot of the node's GPU product, with the
+host's driver, MIG mode and faults). ``tick`` sets the time scale: 0.1 s makes an upgrade of a
+node take ~1 s.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +24,7 @@ from gitops_gpu import kube, names
 from gitops_gpu.agent import publish
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync.live import selector_matches
+from gitops_gpu.testbed import hosts
 from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.nodes import KWOK_ANNOTATION
 
@@ -34,8 +42,15 @@ class Simulator:
         tick: float = 0.5,
         report_fn: ReportFn | None = None,
         report_heartbeat: float = 120.0,
+        plays_operator: bool = True,
+        operator_namespace: str = "gpu-operator",
+        nudge_every: float = 1.0,
     ) -> None:
         self.client = client
+        self.plays_operator = plays_operator
+        self.operator_namespace = operator_namespace
+        self.nudge_every = nudge_every
+        self._last_nudge = 0.0
         self.tick = tick
         self.report_fn = report_fn
         self._publishers: dict[str, publish.KubePublisher] = {}
@@ -71,8 +86,33 @@ class Simulator:
         nodes = self.client.list("v1", "Node", label_selector=f"{names.GPU_PRESENT_LABEL}=true")[
             "items"
         ]
-        drivers = self.client.list(*names.NVIDIA_DRIVER_API)["items"]
         patches: dict[str, sim.NodePatch] = {}
+        if self.plays_operator:
+            writes = self._operator_step(nodes, patches)
+        else:
+            writes = self._hosts_step(nodes, patches)
+        for node in nodes:
+            name = node["metadata"]["name"]
+            _merge(patches.setdefault(name, sim.NodePatch()), sim.mig_step(node))
+            writes += self._fault_readiness(node)
+        for name, patch in patches.items():
+            if patch:
+                self.client.patch("v1", "Node", name, patch.as_merge_patch(), field_manager=MANAGER)
+                writes += 1
+        if self.report_fn is not None:
+            fresh = {
+                n["metadata"]["name"]: n
+                for n in self.client.list(
+                    "v1", "Node", label_selector=f"{names.GPU_PRESENT_LABEL}=true"
+                )["items"]
+            }
+            writes += self._publish_reports(list(fresh.values()))
+        return writes
+
+    def _operator_step(self, nodes: list[Obj], patches: dict[str, sim.NodePatch]) -> int:
+        """The simulated operator: upgrade state machine, deploy labels, CR statuses."""
+        drivers = self.client.list(*names.NVIDIA_DRIVER_API)["items"]
+        cp = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
         states: dict[str, str] = {}
         for drv in drivers:
             selector = (drv.get("spec") or {}).get("nodeSelector") or {}
@@ -82,33 +122,47 @@ class Simulator:
             for name, patch in sim.driver_step(owned, drv).items():
                 _merge(patches.setdefault(name, sim.NodePatch()), patch)
             states[drv["metadata"]["name"]] = sim.driver_state(owned, drv)
+        for node in nodes if cp is not None else ():
+            _merge(
+                patches.setdefault(node["metadata"]["name"], sim.NodePatch()), sim.node_labels(node)
+            )
+        writes = 0
+        for name, state in states.items():
+            writes += self._set_status(names.NVIDIA_DRIVER_API, name, state)
+        if cp is not None:
+            writes += self._set_status(
+                names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME, sim.cluster_policy_state(nodes)
+            )
+        return writes
+
+    def _hosts_step(self, nodes: list[Obj], patches: dict[str, sim.NodePatch]) -> int:
+        """Beside the real operator: the hosts' driver facts, faults and upgrade nudges."""
+        pods = self.client.list(
+            "v1", "Pod", namespace=self.operator_namespace, label_selector=hosts.DRIVER_COMPONENT
+        )["items"]
+        by_node = hosts.driver_pods_by_node(pods)
         writes = 0
         for node in nodes:
             name = node["metadata"]["name"]
-            _merge(patches.setdefault(name, sim.NodePatch()), sim.mig_step(node))
-            writes += self._fault_readiness(node)
-        for name, patch in patches.items():
-            if patch:
-                self.client.patch("v1", "Node", name, patch.as_merge_patch(), field_manager=MANAGER)
+            patch, pod_status = hosts.host_step(node, by_node.get(name))
+            _merge(patches.setdefault(name, sim.NodePatch()), patch)
+            if pod_status is not None:
+                self.client.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{pod_status.namespace}/pods/{pod_status.name}/status",
+                    body={"status": pod_status.status},
+                    content_type="application/merge-patch+json",
+                )
+                self._last_nudge = 0.0  # the operator should see it now, not in 2 minutes
                 writes += 1
-        for name, state in states.items():
-            writes += self._set_status(names.NVIDIA_DRIVER_API, name, state)
-        all_ready = all(s == "ready" for s in states.values())
-        cp = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
-        if cp is not None:
-            writes += self._set_status(
-                names.CLUSTER_POLICY_API,
-                names.CLUSTER_POLICY_NAME,
-                "ready" if all_ready else "notReady",
-            )
-        if self.report_fn is not None:
-            fresh = {
-                n["metadata"]["name"]: n
-                for n in self.client.list(
-                    "v1", "Node", label_selector=f"{names.GPU_PRESENT_LABEL}=true"
-                )["items"]
-            }
-            writes += self._publish_reports(list(fresh.values()))
+        now = time.monotonic()
+        if now - self._last_nudge >= self.nudge_every:
+            self._last_nudge = now
+            for node in nodes:
+                nudge = hosts.nudge_patch(node)
+                if nudge is not None:
+                    self.client.patch("v1", "Node", node["metadata"]["name"], nudge)
+                    writes += 1
         return writes
 
     def _set_status(self, api: tuple[str, str], name: str, state: str) -> int:

@@ -125,3 +125,38 @@ def test_mig_manager_pending_then_success_or_failed() -> None:
     for _ in range(3):
         apply([bad], {"n1": sim.mig_step(bad)})
     assert bad["metadata"]["labels"][names.MIG_CONFIG_STATE_LABEL] == "failed"
+
+
+# -- what the real GPU Operator v26.7.0 does, and the simulator now does too -------------------
+
+
+def test_fresh_node_is_upgrade_done_like_the_real_upgrade_controller() -> None:
+    nodes = [node("n0", driver=None)]
+    apply(nodes, sim.driver_step(nodes, driver("580.126.20")))
+    assert nodes[0]["metadata"]["labels"][names.UPGRADE_STATE_LABEL] == "upgrade-done"
+
+
+def test_upgrade_failed_recovers_to_uncordon_required_not_pod_restart() -> None:
+    nodes = [node("n0", fault="upgrade-failed")]
+    drv = driver("580.126.20")
+    run(nodes, drv, 12)
+    assert nodes[0]["metadata"]["labels"][names.UPGRADE_STATE_LABEL] == "upgrade-failed"
+    del nodes[0]["metadata"]["annotations"][sim.FAULT_ANN]
+    apply(nodes, sim.driver_step(nodes, drv))
+    assert nodes[0]["metadata"]["labels"][names.UPGRADE_STATE_LABEL] == "uncordon-required"
+    assert nodes[0]["metadata"]["annotations"][sim.DRIVER_ANN] == "580.126.20"
+
+
+def test_node_labels_mig_manager_only_on_mig_capable_and_default_all_disabled() -> None:
+    mig = node("n0")
+    patch = sim.node_labels(mig)
+    assert patch.labels[names.MIG_CONFIG_LABEL] == "all-disabled"
+    assert patch.labels[f"{names.DEPLOY_LABEL_PREFIX}mig-manager"] == "true"
+    assert patch.labels[f"{names.DEPLOY_LABEL_PREFIX}driver"] == "true"
+    plain = node("n1")
+    plain["metadata"]["labels"]["nvidia.com/mig.capable"] = "false"
+    patch = sim.node_labels(plain)
+    assert f"{names.DEPLOY_LABEL_PREFIX}mig-manager" not in patch.labels
+    assert names.MIG_CONFIG_LABEL not in patch.labels
+    chosen = node("n2", mig="all-balanced")
+    assert names.MIG_CONFIG_LABEL not in sim.node_labels(chosen).labels
