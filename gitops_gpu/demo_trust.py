@@ -5,6 +5,7 @@ it, and the next signed commit rolls forward as usual."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -56,7 +57,15 @@ class DemoTrust:
         self.program.write_text(f'#!/bin/sh\nGNUPGHOME="{self.home}" exec {gpg} "$@"\n')
         self.program.chmod(0o755)
         self.verifier = Verifier(keys, "head")
+        self._env = env
+        atexit.register(self.close)  # git starts a gpg-agent for signing: stop it with the demo
         say(f"== signature verification on: KEYS = {keys} (OpenPGP {self.fpr[-16:]})")
+
+    def close(self) -> None:
+        gpgconf = shutil.which("gpgconf")
+        if gpgconf is not None:
+            subprocess.run([gpgconf, "--kill", "all"], env=self._env, check=False)
+        self.verifier.close()
 
     def sign_commits(self, repo: DemoRepo) -> None:
         for key, value in (
