@@ -10,12 +10,13 @@ equal values (and, through fleet/render.py, to byte-identical YAML).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import policy
+from gitops_gpu.fleet import lowering, policy
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -108,10 +109,13 @@ def _compile_cluster(
     repo: FleetRepo, cname: str, context: str | None, pool_names: list[str], commit: str
 ) -> tuple[ClusterTarget, list[Conflict]]:
     docs = {p: repo.merged_policy(p) for p in pool_names}
-    parts = {p: policy.cluster_part(d) for p, d in docs.items()}
+    # Per-pool values the operator can realise per node become node labels (fleet/lowering.py).
+    lowered = lowering.lower(docs)
+    parts = {p: policy.cluster_part(d) for p, d in lowered.docs.items()}
     conflicts = [Conflict(cname, path, values) for path, values in policy.disagreements(parts)]
     first = parts[pool_names[0]]
     spec = copy.deepcopy(first["spec"])
+    lowering.apply_patch(spec, lowered.spec_patch)
     driver = spec.setdefault("driver", {})
     driver["useNvidiaDriverCRD"] = True
     daemonsets = spec.setdefault("daemonsets", {})
@@ -139,7 +143,8 @@ def _compile_cluster(
         "spec": spec,
     }
     pools = {
-        p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit) for p in pool_names
+        p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit, lowered.labels[p])
+        for p in pool_names
     }
     return ClusterTarget(
         name=cname, context=context, cluster_policy=cluster_policy, pools=pools
@@ -188,11 +193,18 @@ def driver_manifest(
 
 
 def _pool_target(
-    src: PoolSource, cname: str, stage: str, doc: dict[str, Any], commit: str
+    src: PoolSource,
+    cname: str,
+    stage: str,
+    doc: dict[str, Any],
+    commit: str,
+    lowered: Mapping[str, str],
 ) -> PoolTarget:
     spec = src.model.spec
     driver = driver_manifest(src, doc, commit, stage)
     version = driver["spec"].get("version")
+    # pool.yaml's own settings win over a lowered ClusterPolicy value (GG027 says so).
+    labels = {**lowered, **node_labels(src)}
     return PoolTarget(
         name=src.name,
         cluster=cname,
@@ -200,9 +212,9 @@ def _pool_target(
         node_selector=dict(spec.node_selector),
         max_unavailable=spec.max_unavailable,
         gpu_product=spec.gpu.product,
-        mig_config=spec.mig_config,
-        device_plugin_config=spec.device_plugin_config,
-        node_labels=node_labels(src),
+        mig_config=labels.get(names.MIG_CONFIG_LABEL),
+        device_plugin_config=labels.get(names.DEVICE_PLUGIN_CONFIG_LABEL),
+        node_labels=labels,
         driver=driver,
         driver_version=version if isinstance(version, str) else None,
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet import lowering
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo, PoolSource
 from gitops_gpu.fleet.policy import MISSING
@@ -64,7 +65,8 @@ def conflicts(repo: FleetRepo, found: Sequence[fleet_compile.Conflict]) -> Itera
             yield Finding.make(
                 "GG020",
                 f"cluster-scoped field {dotted(c.path)} differs between the pools of "
-                f"cluster '{c.cluster}' ({values}); the cluster has one ClusterPolicy",
+                f"cluster '{c.cluster}' ({values}); the cluster has one ClusterPolicy "
+                f"({lowering.considered(c.path[1:])})",
                 file=file,
                 line=line,
                 fix=fix,

@@ -208,11 +208,11 @@ def test_gg020_cluster_scoped_disagreement(tmp_path: Path) -> None:
     root = write_repo(
         tmp_path,
         {"a": H100, "b": {**H100, "nodeSelector": {"p": "b"}}},
-        overlays={"b": overlay({"devicePlugin": {"config": {"default": "ts"}}})},
+        overlays={"b": overlay({"toolkit": {"version": "v1.20.0"}})},
     )
     (f,) = only(check(root), "GG020")
     assert f.file == "nodepools/b/clusterpolicy.yaml" and f.pool == "b"
-    assert "spec.devicePlugin.config" in f.message and "devicePluginConfig" in f.fix
+    assert "spec.toolkit" in f.message and "no per-node mechanism" in f.message
 
 
 @pytest.mark.parametrize(
