@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Builds kube-apiserver, kube-controller-manager, etcd, kwok and helm through the Go module
+# Builds kube-apiserver, kube-controller-manager, etcd, kwok, Gitea and helm through the Go module
 # proxy into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them.
 binaries: setup
 	$(PY) -m gitops_gpu testbed build
@@ -37,6 +37,7 @@ test: binaries
 
 demo: binaries
 	$(PY) -m gitops_gpu demo $(DEMO_ARGS)
+	$(PY) -m gitops_gpu demo --forge $(DEMO_ARGS)
 
 bench: binaries
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

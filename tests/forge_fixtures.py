@@ -59,10 +59,11 @@ def gitea_server(gitea_binary: Path) -> Iterator[gitea.Forge]:
 
 
 @pytest.fixture
-def gitea_repo_factory(gitea_server: gitea.Forge) -> Callable[[str], gitea.Forge]:
+def gitea_repo_factory(gitea_server: gitea.Forge) -> Callable[..., gitea.Forge]:
     """Make a fresh repository (auto_init: main has one commit) on the session's Gitea."""
 
-    def make(prefix: str = "repo") -> gitea.Forge:
-        return gitea.create_repo(gitea_server, f"{prefix}-{secrets.token_hex(4)}")
+    def make(prefix: str = "repo", *, private: bool = False) -> gitea.Forge:
+        name = f"{prefix}-{secrets.token_hex(4)}"
+        return gitea.create_repo(gitea_server, name, private=private)
 
     return make

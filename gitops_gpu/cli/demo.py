@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from gitops_gpu import demo, paths
+from gitops_gpu import demo, demo_forge, paths
 from gitops_gpu.testbed import session
 
 
@@ -19,6 +19,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="working directory (testbed state, fleet repo, caches)",
     )
     p.add_argument("--keep", action="store_true", help="leave the control plane running")
+    p.add_argument(
+        "--forge",
+        action="store_true",
+        help="instead: the pull-request story on a real Gitea (in DIR-forge): preflight status, "
+        "branch protection, merge, webhook, stage statuses in Gitea",
+    )
     p.add_argument("--nodes-per-pool", type=int, default=2)
     p.add_argument(
         "--verify-signatures",
@@ -30,6 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.forge:
+        return _run_forge(args)
     if args.dir.exists():
         # A previous demo's state: stop what it left running, start clean.
         session.stop(args.dir / "testbed")
@@ -41,3 +49,12 @@ def _run(args: argparse.Namespace) -> int:
         nodes_per_pool=args.nodes_per_pool,
         verify_signatures=args.verify_signatures,
     )
+
+
+def _run_forge(args: argparse.Namespace) -> int:
+    workdir: Path = args.dir.with_name(args.dir.name + "-forge")
+    if workdir.exists():
+        session.stop(workdir / "testbed")
+        shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return demo_forge.run(workdir, keep=args.keep, nodes_per_pool=args.nodes_per_pool)

@@ -18,12 +18,14 @@ is pure Go and always built in. No npm front end is needed for the API and git o
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import os
 import pwd
 import secrets
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -386,6 +388,41 @@ class Forge:
             },
         )
 
+    def webhook_deliveries(self, last: int = 5) -> list[dict[str, Any]]:
+        """Gitea's own record of its latest webhook deliveries (for diagnosing a missed wake)."""
+        db = self.work / "data" / "gitea.db"
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+                rows = conn.execute(
+                    "SELECT id, event_type, is_delivered, is_succeed, delivered,"
+                    " response_content FROM hook_task ORDER BY id DESC LIMIT ?",
+                    (last,),
+                ).fetchall()
+        except sqlite3.Error as exc:
+            return [{"error": str(exc)}]
+        keys = ("id", "event", "delivered", "succeeded", "delivered_ns", "response")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    # --- pull requests ------------------------------------------------------------------------
+    def open_pull(self, head: str, title: str, base: str = "main") -> int:
+        pr = self.api(
+            "POST", f"/repos/{self.repo}/pulls", {"head": head, "base": base, "title": title}
+        )
+        return int(pr["number"])
+
+    def merge_pull(self, number: int, timeout: float = 30.0) -> tuple[int, Any]:
+        """Try to merge: (HTTP status, answer). Mergeability is computed in the background, so
+        "Please try again later" (405) is retried; a refusal by branch protection is returned."""
+        deadline = time.monotonic() + timeout
+        while True:
+            code, data = self.request(
+                "POST", f"/repos/{self.repo}/pulls/{number}/merge", {"Do": "merge"}
+            )
+            if code == 405 and "try again later" in str(data) and time.monotonic() < deadline:
+                time.sleep(0.3)
+                continue
+            return code, data
+
 
 def _decode(raw: bytes) -> Any:
     text = raw.decode("utf-8", "replace")
@@ -593,12 +630,12 @@ def up(
     die_with_parent: bool = False,
     progress: Progress | None = None,
 ) -> Forge:
-    """`testbed up --forge`: Gitea, the admin token, the fleet repo pushed to it, a signed push
-    webhook to the controller, and ``DIR/forge.json``."""
+    """`testbed up --forge`: Gitea, the admin token, the fleet repo pushed to it (private), a
+    signed push webhook to the controller, and ``DIR/forge.json``."""
     start_t = time.monotonic()
     binary = ensure_gitea(progress or _stderr)
     forge = start(state, binary=binary, die_with_parent=die_with_parent, progress=progress)
-    forge = create_repo(forge)
+    forge = create_repo(forge, private=True)  # clones need the token, as in real life
     push_fleet(forge, fleet)
     info = forge.info()
     if webhook_url:

@@ -12,11 +12,9 @@ from __future__ import annotations
 import secrets
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from e2e_harness import Env, RunningController, fast_gates, set_driver
@@ -56,11 +54,11 @@ class Ticker:
 @pytest.fixture
 def story(
     clean_cluster: Testbed,
-    gitea_repo_factory: Callable[[str], gitea.Forge],
+    gitea_repo_factory: Callable[..., gitea.Forge],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[SimpleNamespace]:
-    forge = gitea_repo_factory("fleet")
+    forge = gitea_repo_factory("fleet", private=True)  # the controller needs the token
     work = tmp_path / "work"
     shutil.copytree(paths.fleet_example(), work)
     forge.git(work, "init", "-q", "-b", "main")
@@ -72,7 +70,7 @@ def story(
     forge.push(work, "HEAD:main", force=True)
     forge.git(work, "remote", "add", "origin", forge.clone_url)
     forge.git(work, "fetch", "-q", "origin")
-    # The token comes from the environment, as in a deployment.
+    # The tokens come from the environment, as in a deployment.
     monkeypatch.setenv("GITOPS_GPU_STATUS_TOKEN", forge.token)
     monkeypatch.setenv("GITOPS_GPU_GIT_TOKEN", forge.token)
     env = Env(clean_cluster, SimpleNamespace(bare=work, work=work, url=forge.clone_url), tmp_path)
@@ -123,26 +121,6 @@ def _branch(story: SimpleNamespace, name: str, edit: Callable[[Path], None], msg
     return forge.git(story.work, "rev-parse", "HEAD")
 
 
-def _open_pr(forge: gitea.Forge, branch: str, title: str) -> int:
-    pr = forge.api(
-        "POST", f"/repos/{forge.repo}/pulls", {"head": branch, "base": "main", "title": title}
-    )
-    return int(pr["number"])
-
-
-def _merge(forge: gitea.Forge, number: int) -> tuple[int, Any]:
-    # Mergeability is computed in the background: "Please try again later" until it is.
-    deadline = time.monotonic() + 30
-    while True:
-        code, data = forge.request(
-            "POST", f"/repos/{forge.repo}/pulls/{number}/merge", {"Do": "merge"}
-        )
-        if code == 405 and "try again later" in str(data) and time.monotonic() < deadline:
-            time.sleep(0.3)
-            continue
-        return code, data
-
-
 def _check(story: SimpleNamespace) -> int:
     return main(
         [
@@ -175,31 +153,42 @@ def test_pull_request_checked_protected_merged_and_rolled_out(story: SimpleNames
         )
 
     bad = _branch(story, "bogus-module-type", bogus, "driver: bogus kernelModuleType")
-    bad_pr = _open_pr(forge, "bogus-module-type", "bogus kernelModuleType")
+    bad_pr = forge.open_pull("bogus-module-type", "bogus kernelModuleType")
     assert _check(story) == 1
     assert _state(story, bad, PREFLIGHT_CONTEXT) == "failure"
-    code, data = _merge(forge, bad_pr)
+    code, data = forge.merge_pull(bad_pr)
     assert code == 405 and "status checks" in str(data), (code, data)
 
     good = _branch(story, "driver-580.142.01", set_driver("580.142.01"), "driver 580.142.01")
-    good_pr = _open_pr(forge, "driver-580.142.01", "driver 580.142.01")
+    good_pr = forge.open_pull("driver-580.142.01", "driver 580.142.01")
     assert _check(story) == 0
     preflight = story.record.latest(good, PREFLIGHT_CONTEXT)
     assert preflight is not None and preflight.state == "success"
     assert "changes" in preflight.description
-    woken = story.server.webhooks
-    code, data = _merge(forge, good_pr)
+    hooks_before = story.server.webhooks
+    code, data = forge.merge_pull(good_pr)
     assert code == 200, (code, data)
     merged = forge.api("GET", f"/repos/{forge.repo}/pulls/{good_pr}")["merge_commit_sha"]
     assert merged and merged != good
 
-    # Only the webhook can start a pass now: the controller polls every 120 s.
-    env.wait("the push webhook arrives", lambda: story.server.webhooks > woken, timeout=20)
-    env.wait(
-        "the woken controller starts the canary on the merged commit",
-        lambda: _state(story, merged, stage_context("canary")) is not None,
-        timeout=20,
-    )
+    # Only the webhook can start a pass now: the controller polls every 120 s. That pass checks
+    # the merged commit (its preflight status is the controller's: `check` ran on the branch)
+    # and starts the canary, and only the canary.
+    def woken() -> bool:
+        return (
+            story.server.webhooks > hooks_before
+            and _state(story, merged, PREFLIGHT_CONTEXT) == "success"
+            and env.pool_commit("canary") == merged
+        )
+
+    try:
+        env.wait("the webhook wakes the controller onto the merged commit", woken, timeout=30)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; webhooks received {story.server.webhooks - hooks_before}, "
+            f"Gitea's deliveries: {forge.webhook_deliveries()}"
+        ) from None
+    assert all(env.pool_commit(p) != merged for p in ("infer-l40s", "train-h100", "train-b200"))
     story.ticker.on.set()
     env.wait("the merged commit rolls out", lambda: _all_success(story, merged), timeout=120)
 

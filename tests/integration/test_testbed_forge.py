@@ -4,6 +4,7 @@ for: its own tests cover it, and a second one would cost a minute of CPU here)."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from gitops_gpu import paths
 from gitops_gpu.cli import main
+from gitops_gpu.sync.source import credentials_env
 from gitops_gpu.testbed import controlplane, gitea, session
 
 pytestmark = pytest.mark.integration
@@ -43,6 +45,7 @@ def test_up_forge_pushes_the_fleet_writes_forge_json_and_down_stops_it(
         assert Path(info["token_file"]).stat().st_mode & 0o077 == 0
         assert info["webhook_url"] == gitea.DEFAULT_WEBHOOK_URL
         assert f"--status-backend gitea:{info['url']}/platform/gpu-fleet" in out
+        assert "export GITOPS_GPU_GIT_TOKEN=" in out
         forge = gitea.Forge.load(d)
         # The fleet repo's files are on main, over the auto_init commit.
         tree = forge.api("GET", f"/repos/{forge.repo}/contents/?ref=main")
@@ -51,10 +54,22 @@ def test_up_forge_pushes_the_fleet_writes_forge_json_and_down_stops_it(
         assert "README.md" not in names or (paths.fleet_example() / "README.md").exists()
         hooks = forge.api("GET", f"/repos/{forge.repo}/hooks")
         assert [h["config"]["url"] for h in hooks] == [gitea.DEFAULT_WEBHOOK_URL]
-        # Clone over HTTP without credentials (a public repo), as the controller's --repo does.
+        # The repo is private: a clone needs the token, which the controller takes from
+        # GITOPS_GPU_GIT_TOKEN for its --repo (the product's own credentials_env).
         clone = tmp_path / "clone"
+        anonymous = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        refused = subprocess.run(
+            ["git", "clone", "-q", info["clone_url"], str(clone)],
+            env=anonymous,
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        assert refused.returncode != 0
+        monkeypatch.setenv("GITOPS_GPU_GIT_TOKEN", Path(info["token_file"]).read_text().strip())
+        env = {**anonymous, **credentials_env(info["clone_url"])[0]}
         subprocess.run(
-            ["git", "clone", "-q", info["clone_url"], str(clone)], check=True, timeout=60
+            ["git", "clone", "-q", info["clone_url"], str(clone)], env=env, check=True, timeout=60
         )
         assert (clone / "fleet.yaml").exists()
         state = controlplane.State.load(d)
