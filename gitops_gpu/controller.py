@@ -32,7 +32,7 @@ from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.status import StatusBackend, read_record
-from gitops_gpu.sync import engine
+from gitops_gpu.sync import engine, prune
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
@@ -391,7 +391,14 @@ class Controller:
             )
         compiled = checked.compiled
         written = 0
+        live_pools = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
         for cluster in compiled.clusters.values():
+            refused = prune.refusal(cluster, live_pools, compiled.allow_mass_pool_removal)
+            if refused is not None:
+                raise GitopsGpuError(
+                    f"refusing to apply {commit[:12]}: {refused}",
+                    fix="set spec.allowMassPoolRemoval: true in fleet.yaml if that is meant",
+                )
             sel = engine.select(compiled, cluster, stage=stage)
             if not sel.pools and not sel.cluster_scoped:
                 continue
