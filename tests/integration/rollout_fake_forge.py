@@ -13,7 +13,8 @@ It is kept for what a real server will not do on demand: 429s, 5xx and shifting 
 
 Listings are served in tiny pages (``page_size``) so pagination is always exercised; ``fail``
 queues error codes for the next requests; ``after_page`` runs after a listing page is served
-(tests add a status there, shifting later pages like a real server does).
+(tests add a status there, shifting later pages like a real server does); ``page_delay`` makes
+every listing page slow.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class FakeForge:
         self.requests: list[tuple[str, str]] = []
         self.fail: list[int] = []
         self.page_size = 2
+        self.page_delay = 0.0  # seconds each listing page takes (a slow server)
         self.after_page: Callable[[int], None] | None = None
         self._next_id = 100
         self._lock = threading.RLock()
@@ -284,6 +286,8 @@ class FakeForge:
                 headers["X-Total-Count"] = str(len(jobs))
         if self.after_page is not None:
             self.after_page(page)
+        if self.page_delay:
+            time.sleep(self.page_delay)
         return 200, headers, chunk
 
 

@@ -123,6 +123,15 @@ def test_server_errors_are_retried_with_backoff(forge: FakeForge) -> None:
     assert len(forge.jobs[SHA]) == 1
 
 
+def test_slow_pages_are_read_in_full_once_each(forge: FakeForge) -> None:
+    for n in range(5):
+        forge.add(SHA, f"ci/job-{n}", {"gitlab": "success"}.get(forge.kind, SUCCESS))
+    forge.page_delay = 0.2
+    listed = client(forge.kind, forge.url).list_statuses(SHA)
+    assert [s.context for s in listed] == [f"ci/job-{n}" for n in range(5)]
+    assert len(forge.requests) == 3  # no retry: slow is not failed
+
+
 def test_retries_are_bounded(forge: FakeForge) -> None:
     forge.fail = [502, 503, 500, 500]
     with pytest.raises(StatusBackendError) as info:
