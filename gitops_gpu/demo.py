@@ -1,10 +1,12 @@
 """`gitops-gpu demo`: the whole product on an embedded default, live in the terminal.
 
 A real local control plane with fake GPU nodes for fleet-repo-example's pools, the GPU Operator
-and NVML simulator, a local fleet repo (a bare remote plus a clone to commit from), and the
-controller. The story: the fleet rolls out, a driver bump goes canary → inference → training
-(the training gate's approval is given as a person would, with `gitops-gpu approve`), then a
-bump whose canary upgrade fails halts at canary and never reaches the later stages.
+(the real v26.7.0 as a process, or the simulator with ``operator_mode="sim"``), the simulated
+hosts (NVML reports, MIG manager, faults), a local fleet repo (a bare remote plus a clone to
+commit from), and the controller. The story: the fleet rolls out, a driver bump goes canary →
+inference → training (the training gate's approval is given as a person would, with
+`gitops-gpu approve`), then a bump whose canary upgrade fails halts at canary and never reaches
+the later stages.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from gitops_gpu.demo_trust import DemoTrust
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import CommitStatus, approval_context, stage_context
+from gitops_gpu.testbed import operator, session, simulator
 from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed import session, simulator
 from gitops_gpu.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
@@ -152,22 +154,29 @@ def run(
     keep: bool = False,
     nodes_per_pool: int = 2,
     say: Say = print,
+    operator_mode: str = operator.DEFAULT_MODE,
     verify_signatures: bool = False,
 ) -> int:
     workdir = workdir.resolve()
     # Connection retries while the control plane stops are expected; keep the story readable.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
-    say(f"== starting a local control plane in {workdir} (kube-apiserver, etcd, kcm, kwok)")
+    say(
+        f"== starting a local control plane in {workdir} (kube-apiserver, etcd, kcm, "
+        f"kube-scheduler, kwok; GPU Operator: {operator_mode})"
+    )
     tb = session.start(
         workdir / "testbed",
         fleet=paths.fleet_example(),
         nodes_per_pool=nodes_per_pool,
         progress=lambda m: say(f"   {m}"),
+        operator_mode=operator_mode,
     )
     stop = threading.Event()
     controllers: list[Controller] = []
     threads: list[threading.Thread] = []
-    sim_ = simulator.Simulator(tb.client, tick=0.2, report_fn=snapshot_report).start()
+    sim_ = simulator.Simulator(
+        tb.client, tick=0.2, report_fn=snapshot_report, plays_operator=operator_mode == "sim"
+    ).start()
     try:
         _nodes_table(tb, say)
         repo = DemoRepo(workdir)

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from gitops_gpu import demo, demo_forge, paths
-from gitops_gpu.testbed import session
+from gitops_gpu.testbed import operator, session
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="sign the demo's commits with a generated key, trust only it, and show an "
         "unsigned commit held back (docs/trust.md)",
     )
+    p.add_argument(
+        "--operator",
+        choices=operator.OPERATOR_MODES,
+        default=operator.DEFAULT_MODE,
+        help="the GPU Operator: real (v26.7.0 as a process) or sim "
+        f"(default {operator.DEFAULT_MODE})",
+    )
     p.set_defaults(func=_run)
 
 
@@ -47,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         args.dir,
         keep=args.keep,
         nodes_per_pool=args.nodes_per_pool,
+        operator_mode=args.operator,
         verify_signatures=args.verify_signatures,
     )
 

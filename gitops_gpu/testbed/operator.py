@@ -82,13 +82,23 @@ def start(
     )
     metrics, probe = controlplane.free_port(), controlplane.free_port()
     env = {"KUBECONFIG": str(state.kubeconfig), "OPERATOR_NAMESPACE": NAMESPACE}
-    controlplane._spawn(
-        PROCESS, argv(op, metrics, probe), state, die_with_parent=die_with_parent, env=env
-    )
+    command = argv(op, metrics, probe)
+    controlplane._spawn(PROCESS, command, state, die_with_parent=die_with_parent, env=env)
     url = f"http://{controlplane.LOOPBACK}:{probe}/readyz"
-    controlplane._wait(
-        "the GPU Operator", state, PROCESS, functools.partial(controlplane._http_ok, url), timeout
-    )
+    try:
+        controlplane._wait(
+            "the GPU Operator",
+            state,
+            PROCESS,
+            functools.partial(controlplane._http_ok, url),
+            timeout,
+        )
+    except TestbedError as exc:
+        stop(state)
+        raise TestbedError(
+            f"the GPU Operator did not start: {shlex.join(command)}\n{exc}",
+            fix=f"see {state.dir}/logs/{PROCESS}.log",
+        ) from exc
 
 
 def stop(state: controlplane.State) -> None:

@@ -1,4 +1,9 @@
-"""E2E fixtures: one Env (simulator + controllers) per test on the shared testbed."""
+"""E2E fixtures: one Env (operator, simulated hosts, controllers) per test on the shared testbed.
+
+The GPU Operator is the real one unless ``GITOPS_GPU_E2E_OPERATOR=sim`` (see e2e_harness): it
+is started once in the session's testbed, and stopped for a test that asks for the simulated
+one. A missing operator source or a failed build fails the tests with the reason.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_harness import Env
+from e2e_harness import OPERATOR, Env
 
 from gitops_gpu.testbed.session import Testbed
 
 
 @pytest.fixture
-def env(clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path) -> Iterator[Env]:
-    e = Env(clean_cluster, fleet_remote, tmp_path)
+def env(
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Env]:
+    e = Env(clean_cluster, fleet_remote, tmp_path, operator=getattr(request, "param", OPERATOR))
     try:
         yield e
     finally:

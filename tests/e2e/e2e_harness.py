@@ -1,25 +1,34 @@
-"""E2E harness: testbed + simulator + controller(s) on a real fleet repo (bare remote on disk)."""
+"""E2E harness: testbed + GPU Operator (real or simulated) + simulated hosts + controller(s) on
+a real fleet repo (bare remote on disk).
+
+``GITOPS_GPU_E2E_OPERATOR`` picks the operator for the suite: ``real`` (default, the GPU
+Operator v26.7.0 as a process of the testbed, the simulator playing only the hosts) or ``sim``.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ruamel.yaml import YAML
 
 from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
+from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import nodes, simulator
+from gitops_gpu.testbed import nodes, operator, operator_build, simulator
 from gitops_gpu.testbed.reports import SnapshotReports
 from gitops_gpu.testbed.session import Testbed
 
 FAST_GATE = {"soak": "1s", "timeout": "60s"}
+OPERATOR = os.environ.get("GITOPS_GPU_E2E_OPERATOR", "real")
 
 
 def fast_gates(approval: bool = False) -> Callable[[Path], None]:
@@ -49,6 +58,25 @@ def set_driver(version: str) -> Callable[[Path], None]:
     return edit
 
 
+def use_operator(tb: Testbed, mode: str) -> None:
+    """Make the testbed run the real operator (mode real) or none (mode sim), with no operands
+    or GPU Operator CRs left from an earlier test. A real operator that cannot be built or
+    started fails the test with the reason; it never skips."""
+    if mode == "real" and not operator.running(tb.state):
+        try:
+            build = operator_build.ensure_operator(lambda _m: None)
+            operator.start(tb.state, tb.client, build, die_with_parent=True)
+        except GitopsGpuError as exc:
+            pytest.fail(
+                "the real GPU Operator could not be built or started (`gitops-gpu testbed "
+                f"build`; GITOPS_GPU_E2E_OPERATOR=sim runs the suite on the simulator):\n{exc}",
+                pytrace=False,
+            )
+    elif mode == "sim" and operator.running(tb.state):
+        operator.stop(tb.state)
+    operator.clean(tb.client)
+
+
 class RunningController:
     def __init__(self, ctl: Controller, lease: LeaseLock | None) -> None:
         self.ctl, self.lease = ctl, lease
@@ -71,12 +99,19 @@ class RunningController:
 
 
 class Env:
-    def __init__(self, tb: Testbed, remote: Any, tmp: Path) -> None:
+    def __init__(self, tb: Testbed, remote: Any, tmp: Path, operator: str = OPERATOR) -> None:
         self.tb, self.remote, self.tmp = tb, remote, tmp
+        self.operator = operator
+        use_operator(tb, operator)
         self.record = GitNotesBackend(str(remote.bare), remote=None)
         self.running: list[RunningController] = []
         self.sim = simulator.Simulator(
-            tb.client, tick=0.1, report_fn=SnapshotReports(), report_heartbeat=5.0
+            tb.client,
+            tick=0.1,
+            report_fn=SnapshotReports(),
+            report_heartbeat=5.0,
+            plays_operator=self.operator == "sim",
+            nudge_every=0.5,
         )
 
     def start_nodes(self, per_pool: int = 1) -> list[str]:
@@ -129,3 +164,4 @@ class Env:
         for rc in self.running:
             rc.kill()
         self.sim.stop()
+        operator.clean(self.tb.client)

@@ -1,0 +1,134 @@
+"""The simulated GPU Operator must show the controller what the real v26.7.0 shows it.
+
+One scenario, run on the simulator and then on the real operator (same testbed, fresh fleet
+repo each): roll out, bump the driver, then a bump that fails on the canary. At each settled
+point the observations the controller and a person act on are recorded (node upgrade states,
+cordons, driver and deploy labels, pool health, stage statuses, CR states) and the two runs
+must agree, so the simulator cannot drift from the real operator again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_harness import Env, fast_gates, set_driver
+
+from gitops_gpu import names, paths
+from gitops_gpu.cli import main
+from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu.testbed.session import Testbed
+
+pytestmark = pytest.mark.e2e
+STAGES = ("canary", "inference", "training")
+DEPLOY = names.DEPLOY_LABEL_PREFIX
+
+
+def _settled(env: Env, sha: str) -> bool:
+    """Every stage succeeded on ``sha`` and no node is mid-upgrade or cordoned."""
+    if not all(env.state(sha, s) == "success" for s in STAGES):
+        return False
+    return all(
+        n["metadata"]["labels"].get(names.UPGRADE_STATE_LABEL) == "upgrade-done"
+        and not n["spec"].get("unschedulable")
+        for n in env.tb.client.list("v1", "Node")["items"]
+    )
+
+
+def _observe(env: Env, sha: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    nodes: dict[str, Any] = {}
+    for n in env.tb.client.list("v1", "Node")["items"]:
+        labels = n["metadata"]["labels"]
+        nodes[n["metadata"]["name"]] = {
+            "upgrade": labels.get(names.UPGRADE_STATE_LABEL),
+            "cordoned": bool(n["spec"].get("unschedulable")),
+            "owner": labels.get(names.DRIVER_OWNER_LABEL),
+            "driver": n["metadata"]["annotations"].get(sim.DRIVER_ANN),
+            "cuda": labels.get("nvidia.com/cuda.driver-version.full"),
+            "mig.config": labels.get(names.MIG_CONFIG_LABEL),
+            "deploy": sorted(k[len(DEPLOY) :] for k, v in labels.items() if k.startswith(DEPLOY)),
+        }
+    capsys.readouterr()
+    rc = main(
+        ["status", "--repo", env.remote.url, "--kubeconfig", env.tb.kubeconfig, "--format", "json"]
+    )
+    assert rc == 0
+    status = json.loads(capsys.readouterr().out)
+    pools = {p["pool"]: (p["healthy"], p["total"]) for st in status["stages"] for p in st["pools"]}
+    cp = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+    return {
+        "nodes": nodes,
+        "pools": pools,
+        "stages": {s: env.state(sha, s) for s in STAGES},
+        "clusterpolicy": ((cp or {}).get("status") or {}).get("state"),
+    }
+
+
+def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    first = env.remote.commit("fast gates", fast_gates())
+    env.start_nodes()
+    env.controller()
+    env.wait("first rollout settled", lambda: _settled(env, first), timeout=120)
+    seen["rollout"] = _observe(env, first, capsys)
+    bump = env.remote.commit("bump driver", set_driver("580.142.01"))
+    env.wait("bump settled", lambda: _settled(env, bump), timeout=120)
+    seen["bump"] = _observe(env, bump, capsys)
+    env.tb.client.patch(
+        "v1", "Node", "canary-000", {"metadata": {"annotations": {sim.FAULT_ANN: "upgrade-failed"}}}
+    )
+    bad = env.remote.commit("bump that fails on canary", set_driver("580.159.03"))
+    env.wait("canary fails", lambda: env.state(bad, "canary") == "failure", timeout=120)
+    env.wait("canary rolled back", lambda: env.pool_commit("canary") == bump)
+
+    def failed_there() -> bool:
+        node = env.tb.client.get("v1", "Node", "canary-000")
+        return bool(node) and node["metadata"]["labels"].get(names.UPGRADE_STATE_LABEL) == (
+            "upgrade-failed"
+        )
+
+    env.wait("canary-000 upgrade-failed", failed_there)
+    failed = _observe(env, bad, capsys)
+    seen["failure"] = {
+        "canary-000": failed["nodes"]["canary-000"]["upgrade"],
+        "stages": failed["stages"],
+        "clusterpolicy": failed["clusterpolicy"],
+        "others": {k: v for k, v in failed["nodes"].items() if not k.startswith("canary-")},
+    }
+    return seen
+
+
+def _run(
+    tb: Testbed, mode: str, remote: Any, tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    env = Env(tb, remote, tmp, operator=mode)
+    try:
+        return _scenario(env, capsys)
+    finally:
+        env.close()
+        for node in tb.client.list("v1", "Node")["items"]:
+            tb.client.delete("v1", "Node", node["metadata"]["name"])
+        for report in tb.client.list(*names.NODE_GPU_REPORT_API)["items"]:
+            tb.client.delete(*names.NODE_GPU_REPORT_API, report["metadata"]["name"])
+
+
+def test_simulator_and_real_operator_show_the_same_rollout(
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    simulated = _run(clean_cluster, "sim", fleet_remote, tmp_path / "sim", capsys)
+    (tmp_path / "real").mkdir()
+    remote = type(fleet_remote)(tmp_path / "real", paths.fleet_example())  # a fresh repo
+    real = _run(clean_cluster, "real", remote, tmp_path / "real", capsys)
+    for phase in ("rollout", "bump", "failure"):
+        assert simulated[phase] == real[phase], phase
+    # ...and what they agree on is the story, not an empty picture.
+    canary = real["bump"]["nodes"]["canary-000"]
+    assert canary["driver"] == canary["cuda"] == "580.142.01"
+    assert canary["upgrade"] == "upgrade-done" and "mig-manager" in canary["deploy"]
+    assert "mig-manager" not in real["bump"]["nodes"]["infer-l40s-000"]["deploy"]
+    assert set(real["bump"]["pools"].values()) == {(1, 1)}
+    assert real["failure"]["canary-000"] == "upgrade-failed"
+    assert real["failure"]["clusterpolicy"] == "notReady"  # v26.7.0: an upgrade is incomplete
+    assert real["failure"]["stages"] == {"canary": "failure", "inference": None, "training": None}
