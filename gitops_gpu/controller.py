@@ -25,6 +25,7 @@ from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
+from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
@@ -113,6 +114,7 @@ class Controller:
         self.nodes = Informer(client, "v1", "Node")
         self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
         self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
+        self.operands = OperandRoller(client, cfg.operator_namespace, self.nodes, self.pods)
         self.engine = engine.Engine(client, LiveReader(client, self.nodes))
         self.observer = Observer(self.nodes, self.reports, self.pods)
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
@@ -127,13 +129,13 @@ class Controller:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start_informers(self) -> None:
-        for inf in (self.nodes, self.reports, self.pods):
+        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
             inf.start()
-        for inf in (self.nodes, self.reports, self.pods):
+        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
             inf.wait_synced()
 
     def stop_informers(self) -> None:
-        for inf in (self.nodes, self.reports, self.pods):
+        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
             inf.stop()
 
     def trigger(self) -> None:
@@ -335,7 +337,10 @@ class Controller:
         pools: dict[str, PoolObservation] = {}
         if newest is not None:
             drivers = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
-            pools, health = self.observer.observe(self.engine, drivers, newest, self.compiled_for)
+            ops = self.operands.context(self.compiled_for)
+            pools, health = self.observer.observe(
+                self.engine, drivers, newest, self.compiled_for, ops
+            )
             self._pool_metrics(health)
             stages = newest.stages
         inp = RolloutInput(
@@ -426,6 +431,8 @@ class Controller:
                     warning=True,
                 )
             written += len(result.applied) + sum(len(b) for b in result.label_batches)
+            # Operand pods of this stage's nodes move to the live revision, one batch a pass.
+            written += self.operands.roll(cluster, sel.pools, self.compiled_for)
         self.metrics.set_stage_commit(stage, commit)
         return written
 

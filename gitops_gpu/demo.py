@@ -4,9 +4,9 @@ A real local control plane with fake GPU nodes for fleet-repo-example's pools, t
 (the real v26.7.0 as a process, or the simulator with ``operator_mode="sim"``), the simulated
 hosts (NVML reports, MIG manager, faults), a local fleet repo (a bare remote plus a clone to
 commit from), and the controller. The story: the fleet rolls out, a driver bump goes canary →
-inference → training (the training gate's approval is given as a person would, with
-`gitops-gpu approve`), then a bump whose canary upgrade fails halts at canary and never reaches
-the later stages.
+inference → training (the training gate's approval, asked before anything of the bump
+reaches the training pools, is given as a person would, with `gitops-gpu approve`), then a
+bump whose canary upgrade fails halts at canary and never reaches the later stages.
 """
 
 from __future__ import annotations
@@ -271,7 +271,10 @@ def _approver(ctl: Controller, say: Say) -> Callable[[str, list[str]], None]:
         for stage in stages:
             st = ctl.backend.latest(sha, stage_context(stage))
             if st and "approval" in st.description and (sha, stage) not in done:
-                say(f"   a person approves: gitops-gpu approve {sha[:7]} --stage {stage}")
+                say(
+                    f"   {stage} has applied nothing of {sha[:7]} yet; a person approves: "
+                    f"gitops-gpu approve {sha[:7]} --stage {stage}"
+                )
                 ctl.backend.set_status(
                     CommitStatus(
                         sha, approval_context(stage), "success", "approved by the platform lead"

@@ -67,6 +67,7 @@ _KNOWN = [
     Resource("v1", "Service", "services", True),
     Resource("apps/v1", "Deployment", "deployments", True),
     Resource("apps/v1", "DaemonSet", "daemonsets", True),
+    Resource("apps/v1", "ControllerRevision", "controllerrevisions", True),
     Resource("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", True),
     Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
     Resource(

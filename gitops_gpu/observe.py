@@ -5,7 +5,7 @@ caches (nodes, NodeGPUReports, operator pods), so an idle pass LISTs nothing but
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +14,7 @@ from gitops_gpu.components import evidence, ladder, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.inputs import PoolObservation
-from gitops_gpu.sync import engine
+from gitops_gpu.sync import engine, operands
 from gitops_gpu.sync.live import Informer, selector_matches
 
 Obj = dict[str, Any]
@@ -111,8 +111,10 @@ class Observer:
         drivers: Mapping[str, Obj],
         newest: CompiledFleet,
         compiled_for: CompiledFor,
+        ops: OperandContext | None = None,
     ) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
-        """Per pool of the newest good commit: its applied commit, sync and health."""
+        """Per pool of the newest good commit: its applied commit, sync and health (operand
+        pods on their DaemonSet's current revision included, when ``ops`` is given)."""
         out: dict[str, PoolObservation] = {}
         health: dict[str, PoolHealth] = {}
         snap = self.snapshot()
@@ -151,7 +153,49 @@ class Observer:
                     first_failure=failing,
                     summary=f"on {version}" if version else "",
                 )
+                if ops is not None and ops.operands.daemonsets:
+                    live_spec = ops.live_policy_specs.get(target_cluster.name)
+                    expects = live_spec == target_cluster.cluster_policy["spec"]
+                    state, _ = operands.pool_state(ops.operands, members, expects, ops.refused)
+                    just_applied = ops.settling and commit == ops.live_commit
+                    if expects and just_applied and not state.behind:
+                        waiting = "operands: the operator is reconciling the ClusterPolicy"
+                        state = operands.PoolOperands(len(members), 0, 0, waiting)
+                    out[pool] = fold_operands(out[pool], state)
         return out, health
+
+
+@dataclass(frozen=True)
+class OperandContext:
+    """What a pass knows about operand revisions (sync/operands.py)."""
+
+    operands: operands.Operands
+    # cluster -> the ClusterPolicy spec live there, as compiled from the commit it carries
+    live_policy_specs: Mapping[str, Any]
+    refused: Mapping[str, str] = field(default_factory=dict)  # node -> refused eviction
+    # The ClusterPolicy changed moments ago: the operator may not have updated its DaemonSets.
+    settling: bool = False
+    live_commit: str | None = None  # the commit the live ClusterPolicy carries
+
+
+def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObservation:
+    """Fold the pool's operand revisions into its observation: nodes behind are progressing
+    (not yet on the commit), stale pods leave the pool out of sync so its stage re-adopts and
+    the next batch is evicted; nodes ahead of stage are said in the summary."""
+    if pool.behind:
+        moved = min(pool.behind, obs.nodes_healthy)
+        obs = replace(
+            obs,
+            nodes_healthy=obs.nodes_healthy - moved,
+            nodes_progressing=obs.nodes_progressing + moved,
+            objects_in_sync=obs.objects_in_sync and pool.stale_pods == 0,
+            first_failure=obs.first_failure or pool.first,
+        )
+    if pool.ahead:
+        nodes = "node" if pool.ahead == 1 else "nodes"
+        note = f"{pool.ahead} {nodes} ahead of stage"
+        obs = replace(obs, summary=f"{obs.summary}, {note}" if obs.summary else note)
+    return obs
 
 
 def _pools(compiled: CompiledFleet) -> set[str]:
