@@ -31,7 +31,7 @@ from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.testbed import gitea, session, simulator
+from gitops_gpu.testbed import gitea, operator, session, simulator
 from gitops_gpu.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
@@ -131,20 +131,33 @@ def _pool_commit(tb: session.Testbed, pool: str) -> str | None:
     return (drv["metadata"].get("annotations") or {}).get(names.COMMIT_ANNOTATION)
 
 
-def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 1, say: Say = print) -> int:
+def run(
+    workdir: Path,
+    *,
+    keep: bool = False,
+    nodes_per_pool: int = 1,
+    say: Say = print,
+    operator_mode: str = operator.DEFAULT_MODE,
+) -> int:
     workdir = workdir.resolve()
     logging.getLogger("urllib3").setLevel(logging.ERROR)
-    say(f"== a local control plane and a real forge (Gitea {gitea.GITEA_VERSION}) in {workdir}")
+    say(
+        f"== a local control plane (GPU Operator: {operator_mode}) and a real forge "
+        f"(Gitea {gitea.GITEA_VERSION}) in {workdir}"
+    )
     tb = session.start(
         workdir / "testbed",
         fleet=paths.fleet_example(),
         nodes_per_pool=nodes_per_pool,
         progress=lambda m: say(f"   {m}"),
+        operator_mode=operator_mode,
     )
     stop = threading.Event()
     threads: list[threading.Thread] = []
     server: ControllerServer | None = None
-    sim_ = simulator.Simulator(tb.client, tick=0.2, report_fn=snapshot_report).start()
+    sim_ = simulator.Simulator(
+        tb.client, tick=0.2, report_fn=snapshot_report, plays_operator=operator_mode == "sim"
+    ).start()
     try:
         work = workdir / "fleet"
         shutil.copytree(paths.fleet_example(), work)

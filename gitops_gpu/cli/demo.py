@@ -65,4 +65,6 @@ def _run_forge(args: argparse.Namespace) -> int:
         session.stop(workdir / "testbed")
         shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    return demo_forge.run(workdir, keep=args.keep, nodes_per_pool=args.nodes_per_pool)
+    return demo_forge.run(
+        workdir, keep=args.keep, nodes_per_pool=args.nodes_per_pool, operator_mode=args.operator
+    )
