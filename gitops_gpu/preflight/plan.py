@@ -16,6 +16,7 @@ from gitops_gpu import names
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
 from gitops_gpu.fleet.render import node_label_doc
 from gitops_gpu.fleet.yamlio import PathKey, dotted
+from gitops_gpu.sync import prune
 
 _ABSENT: Any = None
 
@@ -41,6 +42,7 @@ class PoolPlan:
     pool: str
     cluster: str
     changes: tuple[ObjectChange, ...]
+    pruned_by: str = ""  # a removed pool: the stage whose adoption prunes it (sync/prune.py)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,9 @@ def make_plan(base: CompiledFleet | None, head: CompiledFleet) -> Plan:
         now = head.clusters.get(cname)
         for pool in sorted(was.pools):
             if now is None or pool not in now.pools:
-                removed.append(PoolPlan(pool, cname, _pool_changes(pool, was, None)))
+                order = prune.cluster_stages(head, now) if now is not None else []
+                by = prune.pruning_stage(was.pools[pool].stage, order) or was.pools[pool].stage
+                removed.append(PoolPlan(pool, cname, _pool_changes(pool, was, None), by))
     return Plan(base.commit if base else "", head.commit, tuple(stages), tuple(removed))
 
 
@@ -185,7 +189,10 @@ def plan_text(plan: Plan) -> str:
             for change in pool.changes:
                 lines.extend(_change_lines(change, "    "))
     for pool in plan.removed:
-        lines.append(f"removed pool {pool.pool} (cluster {pool.cluster}):")
+        lines.append(
+            f"removed pool {pool.pool} (cluster {pool.cluster}, pruned when stage "
+            f"{pool.pruned_by} adopts):"
+        )
         for change in pool.changes:
             lines.extend(_change_lines(change, "    "))
     return "\n".join(lines) + "\n"
@@ -220,7 +227,12 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             for s in plan.stages
         ],
         "removed": [
-            {"pool": p.pool, "cluster": p.cluster, "changes": [_change_json(c) for c in p.changes]}
+            {
+                "pool": p.pool,
+                "cluster": p.cluster,
+                "prunedBy": p.pruned_by,
+                "changes": [_change_json(c) for c in p.changes],
+            }
             for p in plan.removed
         ],
     }

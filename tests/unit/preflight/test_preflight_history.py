@@ -130,6 +130,8 @@ def test_plan_shows_new_and_removed_pools_and_labels(fleet: tuple[git.Repo, Path
     assert created.pool == "c" and {c.action for c in created.changes} == {"create"}
     (removed,) = plan.removed
     assert removed.pool == "b" and {c.action for c in removed.changes} == {"delete"}
+    assert removed.pruned_by == "prod"  # the stage that held it, not the ClusterPolicy's
+    assert "removed pool b (cluster default, pruned when stage prod adopts):" in plan_text(plan)
 
 
 def test_gg040_base_revision_that_does_not_load(tmp_path: Path) -> None:
