@@ -33,7 +33,7 @@ from gitops_gpu.testbed.operator_build import OperatorBuild
 NAMESPACE = "gpu-operator"
 PROCESS = "gpu-operator"
 OPERATOR_MODES = ("real", "sim")
-DEFAULT_MODE = "sim"  # `testbed up`, `demo`
+DEFAULT_MODE = "real"  # `testbed up`, `demo`
 # Objects the operator creates in its namespace (all owned by ClusterPolicy/NVIDIADriver).
 _NAMESPACED = (
     ("apps/v1", "DaemonSet"),

@@ -34,6 +34,8 @@ def test_up_simulate_fault_down(tmp_path: Path, capsys: pytest.CaptureFixture[st
                 "--simulate",
                 "--tick",
                 "0.2",
+                "--operator",
+                "sim",
             ]
         )
         == 0
