@@ -42,10 +42,10 @@ def _approve(env: Env, sha: str, stage: str = "training") -> None:
     assert main([*args, "--kubeconfig", env.tb.kubeconfig]) == 0
 
 
-def _bootstrap(env: Env) -> str:
+def _bootstrap(env: Env, per_pool: int = 1) -> str:
     """Fast gates, training keeps `approval: required`; the first commit approved."""
     first = env.remote.commit("fast gates, training needs approval", fast_gates(approval=True))
-    env.start_nodes()
+    env.start_nodes(per_pool)
     env.controller()
     env.wait("canary and inference", lambda: _all_success(env, first, STAGES[:2]), 150)
     _approve(env, first)
@@ -203,12 +203,12 @@ class RevisionWatch:
 def test_toolkit_bump_reaches_each_stage_s_pods_only_when_it_adopts(env: Env) -> None:
     if env.operator != "real":
         pytest.fail("operand DaemonSets exist only with the real GPU Operator", pytrace=False)
-    first = _bootstrap(env)
+    first = _bootstrap(env, per_pool=2)  # two nodes a pool: maxUnavailable 1 is two batches
     watch = RevisionWatch(env)
     before, pods = watch._toolkit()
     assert before is not None, "the operator made no toolkit DaemonSet"
     nodes = sorted(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
-    assert len(nodes) == 4, nodes
+    assert len(nodes) == 8, nodes
     ds = env.tb.client.list(*operands.DAEMONSET_API, namespace="gpu-operator")["items"]
     strategies = {d["metadata"]["name"]: d["spec"]["updateStrategy"]["type"] for d in ds}
     assert all(
@@ -232,6 +232,10 @@ def test_toolkit_bump_reaches_each_stage_s_pods_only_when_it_adopts(env: Env) ->
             60,
         )
         time.sleep(3)
+        # With OnDelete the operator reads the ClusterPolicy notReady while training's pods
+        # keep the old revision (isDaemonSetReady); the gate never reads it.
+        live = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME) or {}
+        policy_state_while_training_waits = (live.get("status") or {}).get("state")
         training_nodes = [n for n in nodes if n.startswith("train-")]
         early = {n: watch.moved[n] for n in training_nodes if n in watch.moved}
         assert early == {}, f"training pods moved before their stage adopted: {early}"
@@ -255,6 +259,7 @@ def test_toolkit_bump_reaches_each_stage_s_pods_only_when_it_adopts(env: Env) ->
         "pool_adopted_s": {p: round(t - bumped_at, 1) for p, t in sorted(watch.adopted.items())},
         "node_moved_s": {n: round(t - bumped_at, 1) for n, t in sorted(watch.moved.items())},
         "training_approved_s": round(approved_at - bumped_at, 1),
+        "cluster_policy_state_while_training_waits": policy_state_while_training_waits,
         "first_commit": first,
     }
     out = os.environ.get("GITOPS_GPU_MEASURE_OUT")
