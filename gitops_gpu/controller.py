@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
 OPERATOR_CRDS = ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com")
 CRD_REFRESH_SECONDS = 600.0
+FOLLOW_UP_SECONDS = 2.0
 
 
 @dataclass
@@ -487,7 +488,10 @@ class Controller:
                 on_pass(report)
             if stop.is_set():
                 break
-            self._wake.wait(self.cfg.interval)
+            # A pass that applied something looks again soon: the pools' new state (and the
+            # stage's first status) should not wait a whole poll interval.
+            pause = min(self.cfg.interval, FOLLOW_UP_SECONDS) if report.applied else None
+            self._wake.wait(pause if pause is not None else self.cfg.interval)
             self._wake.clear()
         if lease is not None:
             lease.release()
