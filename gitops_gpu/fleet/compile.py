@@ -21,11 +21,14 @@ from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
     GateSpec,
+    MetricSpec,
     PoolTarget,
+    SmokeTestSpec,
     StageSpec,
 )
 from gitops_gpu.fleet.loader import FleetRepo, PoolSource
 from gitops_gpu.fleet.merge import origin
+from gitops_gpu.fleet.models import SmokeTest
 from gitops_gpu.fleet.yamlio import PathKey, dotted
 
 
@@ -69,6 +72,11 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
                 max_unhealthy_nodes=s.gate.max_unhealthy_nodes,
                 approval_required=s.gate.approval == "required",
                 timeout_seconds=s.gate.timeout,
+                smoke_test=_smoke_spec(s.gate.smoke_test),
+                metrics=tuple(
+                    MetricSpec(m.name, m.query, m.max, m.min, m.for_) for m in s.gate.metrics
+                ),
+                on_no_data=s.gate.on_no_data,
             ),
             on_failure=s.on_failure,
         )
@@ -90,6 +98,18 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
         clusters=clusters,
         allow_mass_pool_removal=repo.fleet.spec.allow_mass_pool_removal,
     ), conflicts
+
+
+def _smoke_spec(smoke: SmokeTest | None) -> SmokeTestSpec | None:
+    if smoke is None:
+        return None
+    return SmokeTestSpec(
+        image=smoke.image,
+        command=tuple(smoke.command),
+        gpus=smoke.gpus,
+        timeout_seconds=smoke.timeout,
+        nodes=None if smoke.nodes == "all" else int(smoke.nodes),
+    )
 
 
 def locate(repo: FleetRepo, pool: str, path: PathKey) -> tuple[str, int]:

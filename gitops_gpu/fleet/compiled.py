@@ -15,11 +15,32 @@ Manifest = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class SmokeTestSpec:
+    image: str
+    command: tuple[str, ...]
+    gpus: int = 1
+    timeout_seconds: float = 300.0
+    nodes: int | None = None  # None: every node of the stage; N: the first N by name
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    query: str  # PromQL; $nodes and $pools are replaced by regexes of the stage's nodes/pools
+    max: float | None = None
+    min: float | None = None
+    for_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class GateSpec:
     soak_seconds: float = 0.0
     max_unhealthy_nodes: int = 0
     approval_required: bool = False
     timeout_seconds: float | None = None
+    smoke_test: SmokeTestSpec | None = None
+    metrics: tuple[MetricSpec, ...] = ()
+    on_no_data: str = "wait"  # wait | fail
 
 
 @dataclass(frozen=True)

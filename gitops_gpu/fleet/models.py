@@ -152,11 +152,83 @@ class ClusterRef(_Model):
         return check_dns_label(v)
 
 
+# registry/path:tag or @digest: a registry host (has a '.' or ':', or is localhost) comes first.
+_QUALIFIED_IMAGE = re.compile(
+    r"^(localhost|[a-z0-9-]+(\.[a-z0-9-]+)+|[a-z0-9.-]+:\d+)(/[a-z0-9._-]+)+"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})$"
+)
+
+
+class SmokeTest(_Model):
+    """gate.smokeTest: one pod per selected node once the stage converged (docs/rollout.md)."""
+
+    image: StrictStr
+    command: list[StrictStr] = Field(min_length=1)
+    gpus: int = Field(default=1, ge=1, le=64, strict=True)
+    timeout: Duration = 300.0
+    nodes: Literal["all"] | int = "all"
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not _QUALIFIED_IMAGE.fullmatch(v):
+            raise ValueError(
+                f"image {v!r} must be fully qualified: registry/repository:tag or @sha256:..., "
+                "e.g. nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+            )
+        return v
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("a smoke test timeout must be longer than 0s")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: str | int) -> str | int:
+        if isinstance(v, bool) or (isinstance(v, int) and v < 1):
+            raise ValueError("nodes is 'all' or a number of nodes >= 1")
+        return v
+
+
+class MetricCheck(_Model):
+    """gate.metrics[]: a PromQL query that must stay within a bound during the soak."""
+
+    name: StrictStr
+    query: StrictStr
+    max: float | None = None
+    min: float | None = None
+    # How long the value must have been within bounds; evaluated as max/min over that window.
+    for_: Duration = Field(default=0.0, alias="for")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_dns_label(v)
+
+    @field_validator("max", "min")
+    @classmethod
+    def _bound(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("a bound must be a finite number")
+        return v
+
+    def model_post_init(self, _: Any) -> None:
+        if self.max is None and self.min is None:
+            raise ValueError(f"metric {self.name!r}: give max, min or both")
+
+
 class Gate(_Model):
     soak: Duration = 0.0
     max_unhealthy_nodes: int = Field(default=0, ge=0, strict=True)
     approval: Literal["none", "required"] = "none"
     timeout: Duration | None = None
+    smoke_test: SmokeTest | None = None
+    metrics: list[MetricCheck] = Field(default_factory=list)
+    # Prometheus unreachable or a query without data: keep waiting (the timeout bounds it) or fail.
+    on_no_data: Literal["wait", "fail"] = "wait"
 
     @field_validator("timeout")
     @classmethod

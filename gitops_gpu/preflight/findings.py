@@ -117,6 +117,8 @@ CODES: dict[str, tuple[Severity, str]] = {
         "at once",
     ),
     "GG040": (Severity.INFO, "the base revision could not be compared"),
+    "GG060": (Severity.ERROR, "a gate metric query does not parse as PromQL"),
+    "GG061": (Severity.WARNING, "promtool is not installed: gate metric queries were not parsed"),
 }
 
 

@@ -29,6 +29,7 @@ from gitops_gpu.preflight import (
     live,
     matrix,
     operand_checks,
+    promql,
     recipe_check,
     recipe_live,
     removals,
@@ -101,6 +102,7 @@ def run_preflight(
     findings += checks.no_effect(repo, compiled)
     findings += checks.auto_upgrade_unset(repo)
     findings += operand_checks.rolling_update(repo, compiled)
+    findings += promql.metric_queries(repo)
 
     factory = client_factory or (live.kube_factory(kubeconfig) if kubeconfig else None)
     clients = {c.name: factory(c.context) for c in compiled.clusters.values()} if factory else {}
