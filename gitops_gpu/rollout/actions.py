@@ -54,4 +54,16 @@ class Wait:
     reason: str
 
 
-Action = AdoptCommit | Rollback | SetStatus | Wait
+@dataclass(frozen=True)
+class RunSmokeTest:
+    """Start ``gate.smokeTest`` pods for ``stage`` at ``commit`` on its nodes still lacking one.
+
+    Smoke Jobs of any (stage, commit) not asked for in a pass are finished: the controller
+    deletes them after the pass (and records an Event per failed node).
+    """
+
+    stage: str
+    commit: str
+
+
+Action = AdoptCommit | Rollback | RunSmokeTest | SetStatus | Wait

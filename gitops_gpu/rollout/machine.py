@@ -22,7 +22,10 @@ Per stage, in order:
 5. The gate: too many degraded nodes -> ``failure``; not converged -> pending "rolling out"
    (``failure`` once the stretch exceeds the timeout); converged -> pending "soaking" until the
    soak has passed; then ``success`` (pending "awaiting approval" only if the approval was
-   revoked after adoption).
+   revoked after adoption). With ``gate.smokeTest``, converged is followed by pending "smoke
+   testing" while one pod per node runs (one failed pod fails the stage; rollout/checks.py);
+   with ``gate.metrics``, the queries are judged throughout the soak (a broken bound fails the
+   stage; no data holds the soak's end, bounded by the timeout, or fails with onNoData: fail).
 
 Statuses are only emitted on phase changes, so a rollout writes a handful per commit and context.
 """
@@ -31,9 +34,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gitops_gpu.fleet.compiled import StageSpec
-from gitops_gpu.rollout.actions import Action, AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.actions import (
+    Action,
+    AdoptCommit,
+    Rollback,
+    RunSmokeTest,
+    SetStatus,
+    Wait,
+)
+from gitops_gpu.rollout.checks import AnalysisResult, AnalysisState, SmokeResult, SmokeState
 from gitops_gpu.rollout.gate import StageView, applied_commit, observe
 from gitops_gpu.rollout.inputs import Commit, RolloutInput
 from gitops_gpu.rollout.phases import (
@@ -209,6 +221,12 @@ def _gate(
         out.append(Wait(f"{name}: rolling out {short(target)}: {view.summary}"))
         return out
 
+    if gate.smoke_test is not None:
+        smoke = _smoke_gate(stage, target, view, inp, record, phase)
+        if smoke is not None:
+            return smoke
+        view = replace(view, summary=f"{view.summary}, smoke test passed")
+
     soak = gate.soak_seconds
     if phase is Phase.AWAITING_APPROVAL:
         soak_since = None  # soaked already
@@ -216,7 +234,12 @@ def _gate(
         soak_since = (
             mark.since if mark is not None and phase is Phase.SOAKING else whole_seconds(now)
         )
-    if soak > 0 and soak_since is not None and now - soak_since < soak:
+    soaking = soak > 0 and soak_since is not None and now - soak_since < soak
+    if gate.metrics and phase is not Phase.AWAITING_APPROVAL:
+        analysed = _analysis_gate(stage, target, view, inp, record, soaking=soaking)
+        if analysed is not None:
+            return analysed
+    if soaking and soak_since is not None:
         out = []
         if phase is not Phase.SOAKING:
             text = pending_description(name, Phase.SOAKING, soak_since, view.summary, soak)
@@ -240,14 +263,84 @@ def _gate(
     return [SetStatus(target, context, SUCCESS, text)]
 
 
+def _smoke_gate(
+    stage: StageSpec,
+    target: str,
+    view: StageView,
+    inp: RolloutInput,
+    record: Record,
+    phase: Phase | None,
+) -> list[Action] | None:
+    """gate.smokeTest once converged: None when it passed (now or on an earlier pass)."""
+    name, context = stage.name, stage_context(stage.name)
+    done = (Phase.SOAKING, Phase.AWAITING_APPROVAL)
+    if any(
+        m is not None and m.phase in done for m in map(read_mark, record.history(target, context))
+    ):
+        return None  # passed before (the record says so): never rerun for this commit
+    result = inp.smoke.get((name, target), SmokeResult())
+    if result.state is SmokeState.PASSED:
+        return None
+    if result.state is SmokeState.FAILED:
+        failed = len(result.failures)
+        first = result.failures[0] if result.failures else "no detail"
+        text = f"{name}: smoke test failed on {failed}/{result.nodes_total} nodes: {first}"
+        return _fail(stage, target, text, inp, record)
+    out: list[Action] = []
+    if phase is not Phase.SMOKE_TESTING:
+        detail = f"{view.summary}, smoke test on {_nodes_text(stage)}"
+        text = pending_description(name, Phase.SMOKE_TESTING, whole_seconds(inp.now), detail)
+        out.append(SetStatus(target, context, PENDING, text))
+    out.append(RunSmokeTest(name, target))
+    progress = f"{result.nodes_passed}/{result.nodes_total} nodes passed"
+    out.append(Wait(f"{name}: smoke testing {short(target)}: {progress}"))
+    return out
+
+
+def _nodes_text(stage: StageSpec) -> str:
+    smoke = stage.gate.smoke_test
+    count = smoke.nodes if smoke is not None else None
+    return "every node" if count is None else f"{count} node{'s' if count != 1 else ''}"
+
+
+def _analysis_gate(
+    stage: StageSpec,
+    target: str,
+    view: StageView,
+    inp: RolloutInput,
+    record: Record,
+    *,
+    soaking: bool,
+) -> list[Action] | None:
+    """gate.metrics during and at the end of the soak: None lets the soak logic go on."""
+    name, gate = stage.name, stage.gate
+    result = inp.analysis.get(
+        (name, target), AnalysisResult(AnalysisState.NO_DATA, "not evaluated")
+    )
+    if result.state in (AnalysisState.VIOLATED, AnalysisState.ERROR):
+        return _fail(stage, target, f"{name}: metric {result.detail}", inp, record)
+    if result.state is AnalysisState.OK or soaking:
+        return None  # no data during the soak: the soak goes on, its end waits for data
+    if gate.on_no_data == "fail":
+        return _fail(stage, target, f"{name}: metric {result.detail}", inp, record)
+    adopted, _ = _adoption(record.history(target, stage_context(name)), inp.now)
+    timeout = gate.timeout_seconds
+    if timeout is not None and inp.now - adopted >= timeout:
+        text = f"{name}: no metric data after {format_duration(timeout)}: {result.detail}"
+        return _fail(stage, target, text, inp, record)
+    return [Wait(f"{name}: {short(target)} soaked, waiting for metric data: {result.detail}")]
+
+
 def _adoption(history: Sequence[CommitStatus], now: float) -> tuple[float, int]:
     """(when the stage adopted the commit, how often it fell back from converged since)."""
     marks = [m for m in (read_mark(s) for s in history) if m is not None]
-    started = [m.since for m in marks if m.phase in (Phase.ROLLING_OUT, Phase.SOAKING)]
+    started = [
+        m.since for m in marks if m.phase in (Phase.ROLLING_OUT, Phase.SMOKE_TESTING, Phase.SOAKING)
+    ]
     relapses = sum(
         1
         for before, after in itertools.pairwise(marks)
-        if before.phase in (Phase.SOAKING, Phase.AWAITING_APPROVAL)
+        if before.phase in (Phase.SMOKE_TESTING, Phase.SOAKING, Phase.AWAITING_APPROVAL)
         and after.phase is Phase.ROLLING_OUT
     )
     return (min(started) if started else whole_seconds(now)), relapses

@@ -28,6 +28,7 @@ _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 class Phase(StrEnum):
     ROLLING_OUT = "rolling out"  # adopted, not yet converged; the stage timeout runs
+    SMOKE_TESTING = "smoke testing"  # converged; gate.smokeTest pods run on the nodes
     SOAKING = "soaking"  # converged and holding; the soak timer runs
     AWAITING_APPROVAL = "awaiting approval"  # soaked; waiting for `gitops-gpu approve`
     # `approval: required`: nothing of the commit is applied to the stage until approved.
@@ -35,7 +36,7 @@ class Phase(StrEnum):
 
 
 _MARK = re.compile(
-    r": (rolling out|soaking|awaiting approval to roll out|awaiting approval)\b[^;]*?"
+    r": (rolling out|smoke testing|soaking|awaiting approval to roll out|awaiting approval)\b[^;]*?"
     r" since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"
 )
 
