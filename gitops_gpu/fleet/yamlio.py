@@ -320,11 +320,25 @@ def _scalar(file: str, node: Node) -> Any:
         return sign * int(v[2:] if base != 10 else v, base)
     if tag == _TAG + "float":
         low = value.lower().replace("_", "")
-        if low.lstrip("+-") in (".inf", "inf"):
-            return -math.inf if low.startswith("-") else math.inf
-        if low in (".nan", "nan"):
-            return math.nan
-        return float(low)
+        number = (
+            math.nan
+            if low in (".nan", "nan")
+            else math.copysign(math.inf, -1.0 if low.startswith("-") else 1.0)
+            if low.lstrip("+-") in (".inf", "inf")
+            else float(low)
+        )
+        if not math.isfinite(number):
+            # JSON, and so Kubernetes, has no NaN or infinity; a duration of .nan would skip
+            # a soak. Refused here, once, for every field.
+            line, col = _pos(node)
+            raise _err(
+                file,
+                f"{value} is not a finite number",
+                line,
+                col,
+                fix="write a finite number (Kubernetes objects are JSON: no NaN or infinity)",
+            )
+        return number
     line, col = _pos(node)
     raise _err(file, f"unsupported YAML tag {tag}", line, col, fix="remove the explicit tag")
 
