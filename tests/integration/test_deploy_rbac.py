@@ -38,6 +38,7 @@ from gitops_gpu.controller import Config, Controller
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
+from gitops_gpu.sync import operands
 from gitops_gpu.testbed import nodes
 from gitops_gpu.testbed.reports import SnapshotReports
 from gitops_gpu.testbed.session import Testbed
@@ -50,7 +51,7 @@ STAGES = ("canary", "inference", "training")
 
 _PATH = re.compile(
     r"^(?P<verb>\w+) /apis?(?:/[^/]+)?/v[^/]+(?:/namespaces/(?P<ns>[^/]+))?"
-    r"/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?"
+    r"/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?"
 )
 _VERBS = {"PATCH": "patch", "PUT": "update", "POST": "create", "DELETE": "delete", "WATCH": "watch"}
 
@@ -62,7 +63,8 @@ def used(requests: dict[str, int]) -> set[Grant]:
         m = _PATH.match(key)
         assert m, key
         verb = _VERBS.get(m["verb"]) or ("get" if m["name"] else "list")
-        out.add((verb, m["res"], m["ns"]))
+        res = f"{m['res']}/{m['sub']}" if m["sub"] else m["res"]
+        out.add((verb, res, m["ns"]))
     return out
 
 
@@ -152,6 +154,16 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
         canary = admin.get(*names.NVIDIA_DRIVER_API, "canary")
         assert canary is not None
         assert canary["metadata"]["annotations"][names.COMMIT_ANNOTATION] == drop
+        # An operand pod on an old revision is evicted (the simulator runs no operand
+        # DaemonSets, so one is made here and evicted with the controller's identity).
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "stale-operand", "namespace": "gpu-operator"},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
+        }
+        admin.create(pod)
+        assert operands.evict(sa, pod) is None
     finally:
         ctl.stop_informers()
         lease.release()
