@@ -266,3 +266,56 @@ def test_toolkit_bump_reaches_each_stage_s_pods_only_when_it_adopts(env: Env) ->
     if out:
         Path(out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def test_a_failed_operand_change_rolls_canary_pods_back_and_later_pods_never_move(
+    env: Env,
+) -> None:
+    if env.operator != "real":
+        pytest.fail("operand DaemonSets exist only with the real GPU Operator", pytrace=False)
+    first = _bootstrap(env)
+    watch = RevisionWatch(env)
+    before, pods = watch._toolkit()
+    assert before is not None
+    original = {
+        p["spec"]["nodeName"]: p["metadata"]["labels"][operands.REVISION_LABEL]
+        for p in pods
+        if p["spec"].get("nodeName")
+    }
+    assert set(original.values()) == {before}
+    later_pods = {
+        p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName", "").startswith("canary")
+    }
+    # canary-000 loses a GPU (Xid 79) right after the bump: canary fails and rolls back
+    bad = env.remote.commit("bump toolkit (canary will fail)", _set_toolkit("v1.19.3"))
+    env.wait("new toolkit revision", lambda: watch._toolkit()[0] not in (None, before), 120)
+    env.tb.client.patch(
+        "v1",
+        "Node",
+        "canary-000",
+        {"metadata": {"annotations": {"sim.gitops-gpu.io/fault": "xid79"}}},
+    )
+    env.wait("canary fails", lambda: env.state(bad, "canary") == "failure", 150)
+    env.tb.client.patch(
+        "v1", "Node", "canary-000", {"metadata": {"annotations": {"sim.gitops-gpu.io/fault": None}}}
+    )
+    env.wait("canary back on the first commit", lambda: env.pool_commit("canary") == first, 60)
+    env.wait("the restored revision is current", lambda: watch._toolkit()[0] == before, 60)
+
+    def canary_restored() -> bool:
+        _, now = watch._toolkit()
+        revs = {
+            p["spec"].get("nodeName"): p["metadata"]["labels"].get(operands.REVISION_LABEL)
+            for p in now
+            if (p.get("status") or {}).get("phase") == "Running"
+        }
+        return revs.get("canary-000") == before
+
+    env.wait("canary's pod re-evicted to the restored revision", canary_restored, 90)
+    _, now = watch._toolkit()
+    # later stages' pods never moved: the very pods that ran before the bump
+    assert {
+        p["metadata"]["uid"] for p in now if not p["spec"].get("nodeName", "").startswith("canary")
+    } == later_pods
+    for stage in STAGES[1:]:
+        assert env.state(bad, stage) is None
