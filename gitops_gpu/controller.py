@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +29,13 @@ from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
-from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.actions import AdoptCommit, Rollback, RunSmokeTest, SetStatus, Wait
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.status import StatusBackend, read_record
 from gitops_gpu.sync import engine, prune
 from gitops_gpu.sync.live import Informer, LiveReader
+from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
 
@@ -60,6 +61,9 @@ class Config:
     # --verify-signatures: a commit no trusted key vouches for fails preflight before anything
     # else (docs/trust.md).
     verifier: Verifier | None = None
+    # gate.smokeTest Jobs run here (default: ``namespace``); gate.metrics query this Prometheus.
+    smoke_namespace: str | None = None
+    prometheus_url: str | None = None
 
 
 @dataclass
@@ -120,6 +124,7 @@ class Controller:
         self.observer = Observer(self.nodes, self.reports, self.pods)
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
+        self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
         self._checked: dict[str, _Checked] = {}
         self._runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
         self._crds_fetched: float | None = None
@@ -344,6 +349,10 @@ class Controller:
             )
             self._pool_metrics(health)
             stages = newest.stages
+        smoking = any(s.gate.smoke_test is not None for s in stages)
+        smoke = (
+            self.smoke.results(stages, self._stage_nodes(stages), self.clock()) if smoking else {}
+        )
         inp = RolloutInput(
             commits=commits,
             statuses=statuses,
@@ -352,13 +361,43 @@ class Controller:
             now=self.clock(),
             approvals=record.approvals_from_record(statuses),
             paused=paused,
+            smoke=smoke,
         )
         actions = machine.step(inp)
         report.actions = list(actions)
         for action in actions:
-            self._execute(action, report)
+            self._execute(action, report, stages)
+        if smoking and not paused:
+            self._finish_smoke_tests(actions)
 
-    def _execute(self, action: object, report: PassReport) -> None:
+    def _stage_nodes(self, stages: tuple[StageSpec, ...]) -> dict[str, list[str]]:
+        """Node names per stage, from the pool label (what the smoke tests select from)."""
+        pool_stage = {p: s.name for s in stages for p in s.pools}
+        out: dict[str, list[str]] = {s.name: [] for s in stages}
+        for node in self.nodes.items():
+            meta = node.get("metadata") or {}
+            stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
+            if stage is not None:
+                out[stage].append(meta["name"])
+        return out
+
+    def _finish_smoke_tests(self, actions: Sequence[object]) -> None:
+        """Smoke Jobs the machine did not ask for this pass are done: an Event per failed node,
+        then the Jobs go (their result is in the record by now)."""
+        keep = {(a.stage, a.commit) for a in actions if isinstance(a, RunSmokeTest)}
+        for failure in self.smoke.finish(keep):
+            self.recorder.record(
+                "v1",
+                "Node",
+                failure.node,
+                "SmokeTestFailed",
+                f"stage {failure.stage} at {failure.commit[:12]}: {failure.message}"[:1000],
+                warning=True,
+            )
+
+    def _execute(
+        self, action: object, report: PassReport, stages: tuple[StageSpec, ...] = ()
+    ) -> None:
         if not isinstance(action, Wait) and not self.may_write():
             # Fenced: another replica may lead by now; this pass stops writing.
             raise NotLeaderError(
@@ -383,6 +422,10 @@ class Controller:
                 )
             if action.context.startswith("gitops-gpu/stage/"):
                 self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
+        elif isinstance(action, RunSmokeTest):
+            stage = next(s for s in stages if s.name == action.stage)
+            nodes = self._stage_nodes(stages).get(stage.name, [])
+            report.applied += self.smoke.run(stage, action.commit, nodes)
         elif isinstance(action, Wait):
             log.debug("waiting: %s", action.reason)
 

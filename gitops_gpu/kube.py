@@ -53,6 +53,7 @@ _KNOWN = [
     Resource("v1", "Secret", "secrets", True),
     Resource("v1", "ServiceAccount", "serviceaccounts", True),
     Resource("coordination.k8s.io/v1", "Lease", "leases", True),
+    Resource("batch/v1", "Job", "jobs", True),
     Resource(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
     ),
@@ -285,6 +286,18 @@ class Client:
             body=dict(obj),
         )
         return out
+
+    def pod_log(self, name: str, namespace: str, *, tail_lines: int = 5) -> str:
+        """The last lines of a pod's (only) container log, as text."""
+        path = resource("v1", "Pod").path(name, namespace) + "/log"
+        query = {"tailLines": str(tail_lines), "limitBytes": "4096"}
+        resp = self._call("GET", path, query, {"Accept": "text/plain"}, None, 30)
+        data = resp.read()
+        with self._lock:
+            self.requests[f"GET {path}"] += 1
+        if not 200 <= resp.status < 300:
+            raise _translate(resp.status, resp.reason, data, "GET", path)
+        return bytes(data).decode("utf-8", "replace")
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         try:
