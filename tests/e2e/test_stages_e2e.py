@@ -319,3 +319,42 @@ def test_a_failed_operand_change_rolls_canary_pods_back_and_later_pods_never_mov
     } == later_pods
     for stage in STAGES[1:]:
         assert env.state(bad, stage) is None
+
+
+def test_removing_most_pools_needs_the_opt_in(env: Env) -> None:
+    first = _bootstrap(env)
+    gone = ("infer-l40s", "train-h100", "train-b200")
+
+    def drop_three(work: Path) -> None:
+        for pool in gone:
+            _drop_pool(pool)(work)
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+
+    refused = env.remote.commit("remove three of four pools", drop_three)
+    rc = env.running[0]
+    env.wait(
+        "the controller refuses it",
+        lambda: "removes 3 of the 4 pools" in rc.ctl.last_report.error,
+        90,
+    )
+    time.sleep(2)
+    for pool in ("canary", *gone):
+        assert env.tb.client.get(*names.NVIDIA_DRIVER_API, pool) is not None
+        assert env.pool_commit(pool) == first  # nothing of the commit was applied
+
+    def opt_in(work: Path) -> None:
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        fleet["spec"]["allowMassPoolRemoval"] = True
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+
+    meant = env.remote.commit("yes, remove them", opt_in)
+    env.wait("canary passes it", lambda: env.state(meant, "canary") == "success", 150)
+    for pool in gone:
+        assert env.tb.client.get(*names.NVIDIA_DRIVER_API, pool) is None
+    assert env.state(refused, "canary") in (None, "error")
