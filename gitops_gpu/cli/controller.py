@@ -82,6 +82,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=RETRY_PERIOD,
         help="how often the Lease is renewed or tried (2s)",
     )
+    p.add_argument(
+        "--smoke-namespace",
+        help="where gate.smokeTest Jobs run (default: --namespace)",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        help="base URL of the Prometheus gate.metrics queries go to (e.g. http://127.0.0.1:9090)",
+    )
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
@@ -110,6 +118,8 @@ def _run(args: argparse.Namespace) -> int:
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,
         verifier=verifier,
+        smoke_namespace=args.smoke_namespace,
+        prometheus_url=args.prometheus_url,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     ctl = Controller(cfg, client, metrics=metrics)

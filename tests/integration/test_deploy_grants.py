@@ -140,7 +140,24 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
     roles = controller_roles()
     cluster = [r for r in roles if r["kind"] == "ClusterRole"]
     assert len(cluster) == 1 and len(cluster[0]["rules"]) <= 10
-    assert sum(len(r["rules"]) for r in roles) <= 11  # 11th: evicting stale operand pods
+    # 11th: evicting stale operand pods; 12-14: smoke-test Jobs, their pods and pod logs, in
+    # one namespace only.
+    assert sum(len(r["rules"]) for r in roles) <= 14
+    smoke = {
+        (v, res, r["metadata"]["namespace"])
+        for r in roles
+        if r["metadata"]["name"].endswith("-smoke")
+        for rule in r["rules"]
+        for res in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert smoke == {
+        ("list", "jobs", NS),
+        ("create", "jobs", NS),
+        ("delete", "jobs", NS),
+        ("list", "pods", NS),
+        ("get", "pods/log", NS),
+    }
     for d in rendered():
         for rule in d.get("rules", []) if d["kind"] in ("ClusterRole", "Role") else []:
             for key in ("verbs", "resources", "apiGroups", "resourceNames"):

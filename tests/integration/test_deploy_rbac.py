@@ -35,10 +35,11 @@ from test_deploy_grants import (
 
 from gitops_gpu import kube, names
 from gitops_gpu.controller import Config, Controller
+from gitops_gpu.fleet.compiled import SmokeTestSpec
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.sync import operands
+from gitops_gpu.sync import operands, smoke
 from gitops_gpu.testbed import nodes
 from gitops_gpu.testbed.reports import SnapshotReports
 from gitops_gpu.testbed.session import Testbed
@@ -73,12 +74,18 @@ def covered(request: Grant, grants: set[Grant]) -> bool:
     return request in grants or (verb, res, None) in grants
 
 
+SMOKE_IMAGE = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+SMOKE_SPEC = SmokeTestSpec(SMOKE_IMAGE, ("nvidia-smi",))
+
+
 def fast_gates(work: Path) -> None:
     yaml = YAML()
     doc = yaml.load((work / "fleet.yaml").read_text())
     for stage in doc["spec"]["stages"]:
         stage.setdefault("gate", {}).update({"soak": "1s", "timeout": "60s"})
         stage["gate"].pop("approval", None)
+        if stage["name"] == "canary":  # one smoke Job per canary node (KWOK completes it)
+            stage["gate"]["smokeTest"] = {"image": SMOKE_IMAGE, "command": ["nvidia-smi"]}
     with (work / "fleet.yaml").open("w") as fh:
         yaml.dump(doc, fh)
 
@@ -164,6 +171,23 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
         }
         admin.create(pod)
         assert operands.evict(sa, pod) is None
+        # The smoke test ran as Jobs of this identity and they are gone; a failed one's pod
+        # and log are read in the smoke namespace (KWOK serves no logs: any answer but 403).
+        assert any(r.startswith("POST /apis/batch/v1/namespaces/") for r in sa.requests)
+        assert admin.list("batch/v1", "Job", namespace=NS)["items"] == []
+        job = smoke.job_manifest(SMOKE_SPEC, "canary", drop, created[0], NS)
+        smoke_pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "smoke-failed", "namespace": NS},
+            "spec": job["spec"]["template"]["spec"],
+        }
+        admin.create(smoke_pod)
+        assert sa.list("v1", "Pod", namespace=NS)["items"]
+        try:
+            sa.pod_log("smoke-failed", NS)
+        except kube.KubeError as exc:
+            assert "forbidden" not in str(exc).lower(), exc
     finally:
         ctl.stop_informers()
         lease.release()
