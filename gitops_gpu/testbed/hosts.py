@@ -11,7 +11,8 @@ KWOK runs their pods (always Ready). What a real host would add, played here per
   k8s-operator-libs reads to move the node to ``upgrade-failed``); clearing the fault heals the
   pod, and the operator moves the node on to ``uncordon-required``;
 - nudges: the upgrade controller does not watch pods and requeues every 2 minutes, so when a
-  node waits on a pod (pod-restart, validation, upgrade-failed) the skip label
+  node waits on a pod (pod-restart, validation, upgrade-failed) or, owned by an NVIDIADriver,
+  has no upgrade state yet, the skip label
   ``nvidia.com/gpu-driver-upgrade.skip`` is toggled between absent and ``false`` (same meaning)
   to trigger a reconcile, as a test would.
 """
@@ -179,9 +180,13 @@ def host_step(node: Obj, pod: Obj | None) -> tuple[sim.NodePatch, PodStatus | No
 
 
 def nudge_patch(node: Obj) -> dict[str, Any] | None:
-    """A no-op label change that makes the upgrade controller reconcile, if the node waits."""
+    """A no-op label change that makes the upgrade controller reconcile, if the node waits:
+    on a pod, or (owned by an NVIDIADriver, so its driver pod is coming) for its first state,
+    which the operator otherwise writes at its next 2-minute requeue."""
     labels = node.get("metadata", {}).get("labels") or {}
-    if labels.get(names.UPGRADE_STATE_LABEL) not in WAITS_ON_PODS:
+    state = labels.get(names.UPGRADE_STATE_LABEL, "")
+    fresh = state == "" and bool(labels.get(names.DRIVER_OWNER_LABEL))
+    if state not in WAITS_ON_PODS and not fresh:
         return None
     skip = labels.get(SKIP_LABEL)
     if skip not in (None, "false"):

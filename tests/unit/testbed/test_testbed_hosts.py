@@ -95,3 +95,8 @@ def test_nudge_toggles_the_skip_label_only_while_waiting_on_pods() -> None:
     assert hosts.nudge_patch(waiting) == {"metadata": {"labels": {hosts.SKIP_LABEL: None}}}
     waiting["metadata"]["labels"][hosts.SKIP_LABEL] = "true"  # a person's: never touched
     assert hosts.nudge_patch(waiting) is None
+    # A node its NVIDIADriver owns but the upgrade controller has not labelled yet.
+    fresh = node()
+    assert hosts.nudge_patch(fresh) is None  # no owner: no driver pod is coming
+    fresh["metadata"]["labels"][names.DRIVER_OWNER_LABEL] = "canary"
+    assert hosts.nudge_patch(fresh) == {"metadata": {"labels": {hosts.SKIP_LABEL: "false"}}}
