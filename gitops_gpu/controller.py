@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitops_gpu import events, kube, names
+from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import FleetError, GitopsGpuError, KubeError, SourceError
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
@@ -31,8 +32,16 @@ from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
 from gitops_gpu.rollout.actions import AdoptCommit, Rollback, RunSmokeTest, SetStatus, Wait
 from gitops_gpu.rollout.backends import make_backend
+from gitops_gpu.rollout.checks import AnalysisResult
+from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
-from gitops_gpu.rollout.status import StatusBackend, read_record
+from gitops_gpu.rollout.status import (
+    PENDING,
+    CommitStatus,
+    StatusBackend,
+    read_record,
+    stage_context,
+)
 from gitops_gpu.sync import engine, prune
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.smoke import SmokeRunner
@@ -125,6 +134,7 @@ class Controller:
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
         self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
+        self.analyzer = Analyzer(cfg.prometheus_url)
         self._checked: dict[str, _Checked] = {}
         self._runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
         self._crds_fetched: float | None = None
@@ -362,6 +372,7 @@ class Controller:
             approvals=record.approvals_from_record(statuses),
             paused=paused,
             smoke=smoke,
+            analysis=self._analysis(stages, pools, statuses),
         )
         actions = machine.step(inp)
         report.actions = list(actions)
@@ -379,6 +390,24 @@ class Controller:
             stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
             if stage is not None:
                 out[stage].append(meta["name"])
+        return out
+
+    def _analysis(
+        self,
+        stages: tuple[StageSpec, ...],
+        pools: dict[str, PoolObservation],
+        statuses: Sequence[CommitStatus],
+    ) -> dict[tuple[str, str], AnalysisResult]:
+        """gate.metrics for each stage whose pools run a commit still pending there."""
+        judged = record.Record(statuses)
+        out: dict[tuple[str, str], AnalysisResult] = {}
+        nodes: dict[str, list[str]] | None = None
+        for stage in stages:
+            commit = applied_commit(stage, pools) if stage.gate.metrics else None
+            if commit is None or judged.state(commit, stage_context(stage.name)) != PENDING:
+                continue
+            nodes = nodes if nodes is not None else self._stage_nodes(stages)
+            out[(stage.name, commit)] = self.analyzer.evaluate(stage, nodes[stage.name])
         return out
 
     def _finish_smoke_tests(self, actions: Sequence[object]) -> None:

@@ -19,6 +19,7 @@ from forge_fixtures import (  # noqa: F401 (fixtures: the real Gitea)
     gitea_repo_factory,
     gitea_server,
 )
+from prometheus_fixtures import prombed  # noqa: F401 (fixture: a real Prometheus)
 
 from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
