@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup binaries check test unit demo bench clean format
+.PHONY: setup prometheus binaries check test unit demo bench clean format
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) prometheus
+
+# Debian's prometheus package (2.42: prometheus and promtool) parses gate.metrics queries at
+# preflight and runs the testbed's Prometheus; installed with apt when missing (root or sudo).
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
 
 # Builds kube-apiserver, kube-controller-manager, etcd, kwok, Gitea and helm through the Go module
 # proxy into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them.

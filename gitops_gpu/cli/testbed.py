@@ -8,7 +8,15 @@ from pathlib import Path
 
 from gitops_gpu import kube, paths
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import build, controlplane, operator, operator_build, session, simulator
+from gitops_gpu.testbed import (
+    build,
+    controlplane,
+    operator,
+    operator_build,
+    prometheus,
+    session,
+    simulator,
+)
 from gitops_gpu.testbed import gitea as forge
 from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.reports import SnapshotReports
@@ -51,6 +59,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--forge-webhook",
         default=forge.DEFAULT_WEBHOOK_URL,
         help="where Gitea sends signed push webhooks (default: the controller's default address)",
+    )
+    u.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus (Debian's package) scraping DCGM-exporter metrics of "
+        "every fake node and the controllers in DIR/prometheus/controllers.json; its URL in "
+        "DIR/prometheus-url",
     )
     u.set_defaults(func=_up)
     s = tsub.add_parser("simulate", help="run the GPU Operator/NVML simulator in the foreground")
@@ -111,6 +126,15 @@ def _up(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             session.stop(args.dir)
             return 1
+    if args.prometheus:
+        try:
+            url = prometheus.start(tb.state)
+        except GitopsGpuError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            session.stop(args.dir)
+            return 1
+        print(f"prometheus up: {url} ({tb.dir / 'prometheus-url'})")
+        print(f"  gitops-gpu controller ... --prometheus-url {url}")
     print(f"testbed up: {tb.state.server} (GPU Operator: {args.operator})")
     print(f"  export KUBECONFIG={tb.kubeconfig}")
     print(f"  {len(tb.node_names)} fake GPU nodes; logs in {tb.dir / 'logs'}")
