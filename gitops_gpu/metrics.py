@@ -2,7 +2,49 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+# "GET /api/v1/namespaces/ns/pods/name/log" -> verb GET, resource pods/log
+_REQUEST = re.compile(
+    r"^(?P<verb>\w+) /apis?(?:/[^/]+)?/v[^/]+(?:/namespaces/[^/]+)?/(?P<res>[^/]+)"
+    r"(?:/[^/]+(?:/(?P<sub>[^/]+))?)?"
+)
+
+
+class _ApiRequests(Collector):
+    """gitops_gpu_api_requests_total from the kube client's own request counter."""
+
+    def __init__(self, requests: Mapping[str, int]) -> None:
+        self.requests = requests
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gitops_gpu_api_requests",
+            "Requests to the kube-apiserver by verb (WATCH: watch streams) and resource",
+            labels=["verb", "resource"],
+        )
+        totals: dict[tuple[str, str], int] = {}
+        items: list[tuple[str, int]] = []
+        for _ in range(3):  # the client counts from other threads
+            try:
+                items = list(self.requests.items())
+                break
+            except RuntimeError:
+                continue
+        for key, count in items:
+            m = _REQUEST.match(key)
+            if m is None:
+                continue
+            res = f"{m['res']}/{m['sub']}" if m["sub"] else m["res"]
+            totals[(m["verb"], res)] = totals.get((m["verb"], res), 0) + count
+        for (verb, res), count in sorted(totals.items()):
+            family.add_metric([verb, res], count)
+        yield family
 
 
 class Metrics:
@@ -87,6 +129,10 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+
+    def watch_api_requests(self, requests: Mapping[str, int]) -> None:
+        """Export a kube client's request counter (kube.Client.requests)."""
+        self.registry.register(_ApiRequests(requests))
 
     def set_stage_commit(self, stage: str, commit: str) -> None:
         previous = self._stage_commits.get(stage)

@@ -122,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
+    metrics.watch_api_requests(client.requests)
     ctl = Controller(cfg, client, metrics=metrics)
     if args.once:
         ctl.start_informers()
