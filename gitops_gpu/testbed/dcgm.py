@@ -7,7 +7,8 @@ discovery (``http_sd_configs``), so nodes created later are scraped too. Per GPU
 ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``:
 
 - ``DCGM_FI_DEV_XID_ERRORS``: the last Xid on the GPU (dcgm-exporter's gauge); the testbed fault
-  ``xid79`` sets it to 79 on GPU 0, as the NodeGPUReport then reports GPU 0 lost;
+  ``xid79`` sets it to 79 on GPU 0, as the NodeGPUReport then reports GPU 0 lost; ``xid13`` (an
+  application Xid, which the verification ladder ignores) sets it to 13 and nothing else;
 - ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_DEV_GPU_TEMP`` (C; hotter on a faulted node),
   ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` (a counter; ``xid79`` adds one double-bit error).
 
@@ -65,8 +66,9 @@ def node_metrics(node: Mapping[str, Any]) -> str:
             f'modelName="{_escape(model)}",Hostname="{_escape(name)}"'
         )
         lost = fault == "xid79" and gpu == 0
+        xid = 79 if lost else 13 if fault == "xid13" and gpu == 0 else 0
         values = {
-            "DCGM_FI_DEV_XID_ERRORS": 79 if lost else 0,
+            "DCGM_FI_DEV_XID_ERRORS": xid,
             "DCGM_FI_DEV_GPU_UTIL": 0 if lost else 35 + (gpu * 7) % 50,
             "DCGM_FI_DEV_GPU_TEMP": 91 if fault else 42 + gpu % 5,
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 1 if lost else 0,

@@ -26,7 +26,8 @@ FAULT_ANN = f"{SIM}/fault"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 # Read by components.validator where no operator-validator pods run (KWOK nodes).
 VALIDATOR_ANN = f"{names.GROUP}/validator"
-FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed")
+# xid13: an application Xid only DCGM reports (the ladder ignores those): gate.metrics see it.
+FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed", "xid13")
 
 IDLE = ("", "upgrade-done")
 STEPS = (
