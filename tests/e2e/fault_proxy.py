@@ -8,10 +8,12 @@ kubeconfig skips verification for this loopback hop) and opens TLS to the apiser
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +49,8 @@ class WriteCountingProxy:
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self._closed = False
+        self._down_until = 0.0
+        self._open: set[ssl.SSLSocket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def kubeconfig(self, original: Path, out: Path) -> Path:
@@ -64,73 +68,103 @@ class WriteCountingProxy:
         self._closed = True
         self._sock.close()
 
+    def outage(self, seconds: float) -> None:
+        """What a restarting apiserver looks like from the client: every open connection is
+        reset, and new ones are refused until ``seconds`` have passed."""
+        self._down_until = time.monotonic() + seconds
+        with self._lock:
+            open_now = list(self._open)
+        for s in open_now:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
     def _accept(self) -> None:
         while not self._closed:
             try:
                 raw, _ = self._sock.accept()
             except OSError:
                 return
+            if time.monotonic() < self._down_until:
+                raw.close()
+                continue
             threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
 
     def _serve(self, raw: socket.socket) -> None:
+        """One thread per connection for both directions: an SSL object must never be used
+        by two threads at once (a reader and a writer on one TLS socket can hang)."""
         try:
             client = self._server_ctx.wrap_socket(raw, server_side=True)
             upstream = self._client_ctx.wrap_socket(socket.create_connection(self.upstream))
         except OSError:
             raw.close()
             return
-        threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+        with self._lock:
+            self._open.update((client, upstream))
         try:
-            self._requests(client, upstream)
+            self._relay(client, upstream)
         except OSError:
             pass
         finally:
+            with self._lock:
+                self._open.difference_update((client, upstream))
             for s in (client, upstream):
                 with contextlib.suppress(OSError):
                     s.close()
 
-    def _requests(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
-        buf = b""
+    def _relay(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket) -> None:
+        # Both sockets are tried on every turn, not only those select() reports: TLS may
+        # already hold a record it read with the handshake, which select() cannot see.
+        for sock in (client, upstream):
+            sock.setblocking(False)
+        pending = b""  # bytes from the client not yet forwarded: a partial request
         while True:
-            while b"\r\n\r\n" not in buf:
-                chunk = client.recv(65536)
-                if not chunk:
-                    return
-                buf += chunk
-            head, _, buf = buf.partition(b"\r\n\r\n")
+            select.select([client, upstream], [], [], 0.05)
+            data = _read(upstream)
+            if data == b"":
+                return  # the apiserver closed: close the client too
+            if data:
+                _send(client, data)
+            data = _read(client)
+            if data == b"":
+                return
+            if data:
+                pending = self._forward(pending + data, upstream)
+
+    def _forward(self, buf: bytes, upstream: ssl.SSLSocket) -> bytes:
+        """Forward every complete request in ``buf``; return the incomplete rest."""
+        while b"\r\n\r\n" in buf:
+            head, _, rest = buf.partition(b"\r\n\r\n")
             lines = head.split(b"\r\n")
             length = 0
             for line in lines[1:]:
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value.strip())
-            while len(buf) < length:
-                chunk = client.recv(65536)
-                if not chunk:
-                    return
-                buf += chunk
-            body, buf = buf[:length], buf[length:]
-            upstream.sendall(head + b"\r\n\r\n" + body)
-            method, _, rest = lines[0].partition(b" ")
-            if (
-                method in WRITES
-                and not any(u in rest for u in UNCOUNTED)
-                and b"dryRun=" not in rest
-            ):
+            if len(rest) < length:
+                return buf
+            _send(upstream, head + b"\r\n\r\n" + rest[:length])
+            buf = rest[length:]
+            method, _, target = lines[0].partition(b" ")
+            counted = not any(u in target for u in UNCOUNTED) and b"dryRun=" not in target
+            if method in WRITES and counted:
                 with self._lock:
                     self.writes.append(lines[0].decode(errors="replace"))
                     n = len(self.writes)
                 self.on_write(n, lines[0].decode(errors="replace"))
+        return buf
 
-    @staticmethod
-    def _pipe(src: ssl.SSLSocket, dst: ssl.SSLSocket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        # The apiserver closed its side: close the client's too, or the client would send its
-        # next request on a connection nobody answers (and wait for its read timeout).
-        for s in (dst, src):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+
+def _read(sock: ssl.SSLSocket) -> bytes | None:
+    """Up to 64 KiB, b"" when the peer closed, None when nothing is there yet."""
+    try:
+        return sock.recv(65536)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        return None
+
+
+def _send(sock: ssl.SSLSocket, data: bytes) -> None:
+    sock.setblocking(True)
+    try:
+        sock.sendall(data)
+    finally:
+        sock.setblocking(False)

@@ -306,3 +306,58 @@ def test_approve_while_the_controller_writes_loses_no_status(env: Env, fleet: Fl
     assert "gitops-gpu/approval/training" in contexts
     check_invariants(env, [head])
     assert ctl.term() == 0
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_apiserver_gone_mid_apply(env: Env, fleet: Fleet, tmp_path: Path) -> None:
+    """At the k-th write of a bump's rollout every connection is reset and new ones refused
+    for 8 s, as a restarting apiserver looks to its clients."""
+    head = env.remote.commit("fast gates", fast_gates())
+    env.start_nodes()
+    proxy = WriteCountingProxy(env.tb.state.server, tmp_path)
+    kubeconfig = str(proxy.kubeconfig(Path(env.tb.kubeconfig), tmp_path / "proxied"))
+    try:
+        ctl = fleet.start("restart", kubeconfig, "--interval", "0.5s", "--no-leader-election")
+        env.wait("first rollout", lambda: all_success(env, head), 180)
+        k = random.Random(SEED).randint(1, 4)
+        fired = threading.Event()
+
+        def outage(n: int, line: str, base: int = len(proxy.writes)) -> None:
+            if n - base == k and not fired.is_set():
+                fired.set()
+                proxy.outage(8.0)
+
+        proxy.on_write = outage
+        bump = env.remote.commit("bump", set_driver("580.126.40"))
+        env.wait("the outage", fired.is_set, 60)
+        assert ctl.proc.poll() is None
+        env.wait("the bump passes every stage", lambda: all_success(env, bump), 180)
+        check_invariants(env, [head, bump])
+        assert ctl.term() == 0
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_killed_between_a_status_write_and_its_push(env: Env, fleet: Fleet, tmp_path: Path) -> None:
+    """The fleet remote's pre-receive hook holds the first git-notes push; the controller is
+    killed while it waits. The next process writes the status again, once."""
+    head = env.remote.commit("fast gates", fast_gates())
+    env.start_nodes()
+    marker = tmp_path / "notes-push-seen"
+    hook = Path(env.remote.bare) / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f"if grep -q refs/notes/ && [ ! -e {marker} ]; then touch {marker}; sleep 30; fi\n"
+        "exit 0\n"
+    )
+    hook.chmod(0o755)
+    victim = fleet.start("pushing", env.tb.kubeconfig, "--interval", "0.5s", "--no-leader-election")
+    env.wait("a notes push in flight", marker.exists, 60)
+    victim.kill9()
+    survivor = fleet.start("after", env.tb.kubeconfig, "--interval", "0.5s", "--no-leader-election")
+    env.wait("every stage passes after the kill", lambda: all_success(env, head), 180)
+    check_invariants(env, [head])
+    counts = collections.Counter((s.context, s.state) for s in env.statuses(head))
+    assert counts[("gitops-gpu/preflight", SUCCESS)] == 1, counts
+    assert survivor.term() == 0
