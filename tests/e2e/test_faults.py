@@ -202,6 +202,7 @@ def test_killed_mid_pass_at_seeded_writes_keeps_the_invariants(
     assert max(recovery) <= 2, recovery
 
 
+@pytest.mark.timeout(HA_SECONDS + 240)
 @pytest.mark.parametrize("env", ["sim"], indirect=True)
 def test_two_replicas_at_chart_defaults_then_leader_killed(env: Env, fleet: Fleet) -> None:
     """The chart's settings (30 s interval, 15 s Lease): no hand-over while both live; kill -9
