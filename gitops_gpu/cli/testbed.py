@@ -11,6 +11,7 @@ from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.testbed import (
     build,
     controlplane,
+    device_plugin,
     operator,
     operator_build,
     prometheus,
@@ -195,8 +196,8 @@ def _fault(args: argparse.Namespace) -> int:
         print("error: name a fault or pass --clear", file=sys.stderr)
         return 2
     value = None if args.clear else args.fault
-    _client(args.dir).patch(
-        "v1", "Node", args.node, {"metadata": {"annotations": {sim.FAULT_ANN: value}}}
-    )
+    client = _client(args.dir)
+    client.patch("v1", "Node", args.node, {"metadata": {"annotations": {sim.FAULT_ANN: value}}})
+    device_plugin.apply_fault(client, args.node, value)
     print(f"{args.node}: fault {'cleared' if value is None else value}")
     return 0

@@ -2,10 +2,11 @@
 
 A stage's smoke test for a commit is the set of Jobs labelled with the stage and the commit in
 one namespace (``--smoke-namespace``, the controller's own by default). Each Job runs one pod
-pinned to its node (``nodeName``, so a node the scheduler would skip is still tested; the
-kubelet admits the ``nvidia.com/gpu`` request or fails the pod, and that failure is the
-result), with no retries (``backoffLimit: 0``) and the gate's timeout as
-``activeDeadlineSeconds``.
+pinned to its node the way DaemonSets are (node affinity on ``metadata.name``, tolerating
+``nvidia.com/gpu`` taints), so the scheduler checks the node really offers the requested
+``nvidia.com/gpu``: a node whose device plugin lost its GPUs leaves the pod unschedulable, and
+the test fails at its timeout with the scheduler's reason. No retries (``backoffLimit: 0``); the
+gate's timeout is ``activeDeadlineSeconds``.
 
 The controller keeps no memory of them: ``results`` reads the Jobs each pass, the state machine
 decides (rollout/checks.py), and Jobs of any (stage, commit) the machine no longer asks for are
@@ -89,7 +90,25 @@ def job_manifest(
                 "metadata": {"labels": labels, "annotations": {NODE_ANNOTATION: node}},
                 "spec": {
                     "restartPolicy": "Never",
-                    "nodeName": node,
+                    # Pinned the way DaemonSets are: the scheduler still checks that the node
+                    # advertises the GPUs, so a node whose device plugin lost them fails here.
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchFields": [
+                                            {
+                                                "key": "metadata.name",
+                                                "operator": "In",
+                                                "values": [node],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
                     "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists"}],
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
@@ -126,6 +145,9 @@ class SmokeRunner:
         self.client, self.namespace = client, namespace
         self._jobs: list[dict[str, Any]] = []
         self._failures: dict[Key, list[NodeFailure]] = {}
+        # Why a Job's pod is still pending (unschedulable), remembered for the failure message:
+        # the pod is deleted when the deadline fails the Job. Only wording depends on it.
+        self._waiting: dict[str, str] = {}
 
     # -- read -----------------------------------------------------------------------------------
     def _list(self, api_version: str, kind: str) -> list[dict[str, Any]]:
@@ -155,6 +177,9 @@ class SmokeRunner:
             key = (labels.get(STAGE_LABEL, ""), labels.get(COMMIT_LABEL, ""))
             groups.setdefault(key, {})[notes.get(NODE_ANNOTATION, "")] = job
         pods: dict[str, dict[str, Any]] | None = None
+        if any(not _finished(j) for j in self._jobs):
+            pods = self._pods()
+            self._remember_waiting(pods)
         out: dict[Key, SmokeResult] = {}
         for key, by_node in groups.items():
             spec = specs.get(key[0])
@@ -170,16 +195,17 @@ class SmokeRunner:
                 if _condition(job, "Complete") or (job.get("status") or {}).get("succeeded"):
                     passed += 1
                     continue
-                failed = _condition(job, "Failed") or (job.get("status") or {}).get("failed")
+                failed = (
+                    _condition(job, "Failed")
+                    or _condition(job, "FailureTarget")
+                    or (job.get("status") or {}).get("failed")
+                )
                 created = _created(job)
                 late = created is not None and now - created > spec.timeout_seconds + DEADLINE_GRACE
                 if not failed and not late:
                     continue
                 if pods is None:
-                    pods = {
-                        (p.get("metadata") or {}).get("labels", {}).get("job-name", ""): p
-                        for p in self._list("v1", "Pod")
-                    }
+                    pods = self._pods()
                 message = self._explain(job, pods.get(job["metadata"]["name"]), spec, late)
                 failures.append(NodeFailure(key[0], key[1], node, message))
             self._failures[key] = failures
@@ -194,6 +220,22 @@ class SmokeRunner:
             )
         return out
 
+    def _pods(self) -> dict[str, dict[str, Any]]:
+        """Smoke pods by the name of their Job."""
+        return {
+            ((p.get("metadata") or {}).get("labels") or {}).get("job-name", ""): p
+            for p in self._list("v1", "Pod")
+        }
+
+    def _remember_waiting(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        for job, pod in pods.items():
+            for cond in (pod.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    self._waiting[job] = f"{cond.get('reason')}: {cond.get('message')}"
+        live = {j["metadata"]["name"] for j in self._jobs}
+        for job in [j for j in self._waiting if j not in live]:
+            del self._waiting[job]
+
     def _explain(
         self,
         job: Mapping[str, Any],
@@ -202,10 +244,14 @@ class SmokeRunner:
         late: bool,
     ) -> str:
         """The pod's reason (exit code) and the last lines of its log, on one line."""
-        cond = _condition(job, "Failed") or {}
+        # Since Kubernetes 1.31 the job controller says FailureTarget first, Failed later.
+        cond = _condition(job, "Failed") or _condition(job, "FailureTarget") or {}
         reason = str(cond.get("reason") or "")
         if reason == "DeadlineExceeded" or (late and not reason):
             reason = f"timed out after {int(spec.timeout_seconds)}s"
+            waiting = self._waiting.get(str(job["metadata"]["name"]))
+            if waiting:
+                reason += f", pod {waiting}"
         logs = ""
         if pod is not None:
             status = pod.get("status") or {}
@@ -272,6 +318,12 @@ class SmokeRunner:
                 failures.extend(self._failures.get(key, []))
         self._jobs = [j for j in self._jobs if _key(j) in keep]
         return failures
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    return bool(
+        _condition(job, "Complete") or _condition(job, "Failed") or _condition(job, "FailureTarget")
+    )
 
 
 def _key(job: Mapping[str, Any]) -> Key:

@@ -1,6 +1,7 @@
 """The controller's gate tests on the testbed: a canary smoke test as Jobs that KWOK runs, then
-metric analysis against a real Prometheus scraping the simulated DCGM exporters; an application
-Xid (which the verification ladder ignores) fails the next commit on the metric."""
+metric analysis against a real Prometheus scraping the simulated DCGM exporters. A node whose
+device plugin advertises no GPU (fault smoke-fail) fails the next commit's smoke test; an
+application Xid (which the verification ladder ignores) fails the one after on the metric."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.phases import read_mark
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.sync import smoke
-from gitops_gpu.testbed import controlplane, nodes
+from gitops_gpu.testbed import controlplane, device_plugin, nodes
 from gitops_gpu.testbed import prometheus as prom
 from gitops_gpu.testbed.dcgm import DcgmExporters, kube_nodes
 from gitops_gpu.testbed.operator_sim import FAULT_ANN
@@ -30,6 +31,12 @@ IMAGE = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
 XID = 'max(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$nodes"})'
 
 
+def fault(client: Any, node: str, value: str | None) -> None:
+    """What `gitops-gpu testbed fault NODE VALUE` does."""
+    client.patch("v1", "Node", node, {"metadata": {"annotations": {FAULT_ANN: value}}})
+    device_plugin.apply_fault(client, node, value)
+
+
 def gates(canary_soak: str) -> Callable[[Path], None]:
     def edit(work: Path) -> None:
         yaml = YAML()
@@ -39,7 +46,7 @@ def gates(canary_soak: str) -> Callable[[Path], None]:
             if stage["name"] == "canary":
                 stage["gate"].update(
                     soak=canary_soak,
-                    smokeTest={"image": IMAGE, "command": ["nvidia-smi"], "timeout": "60s"},
+                    smokeTest={"image": IMAGE, "command": ["nvidia-smi"], "timeout": "8s"},
                     metrics=[{"name": "xid", "query": XID, "max": 0}],
                 )
         with (work / "fleet.yaml").open("w") as fh:
@@ -78,6 +85,7 @@ def test_smoke_test_then_metric_failure(
 ) -> None:
     admin = testbed.client
     first = fleet_remote.commit("canary smoke test and xid metric", gates("2s"))
+    heads = [first]
     created = nodes.create_pool_nodes(admin, nodes.read_pool_shapes(fleet_remote.work), 1)
     nodes.wait_ready(admin, created)
     simulator.start()
@@ -97,7 +105,10 @@ def test_smoke_test_then_metric_failure(
         while not done():
             report = ctl.run_pass()
             assert report.result == "ok", report.error
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            if time.monotonic() > deadline:
+                seen = [(s.context, s.description) for s in record.list_statuses(heads[-1])]
+                jobs = admin.list("batch/v1", "Job", namespace="default")["items"]
+                pytest.fail(f"timed out waiting for {what}: {seen}; jobs {jobs}; {report.actions}")
             time.sleep(0.2)
 
     def state(sha: str) -> str | None:
@@ -116,17 +127,40 @@ def test_smoke_test_then_metric_failure(
         jobs = admin.list("batch/v1", "Job", namespace="default", label_selector=smoke.SMOKE_LABEL)
         assert jobs["items"] == []  # cleaned up once the record said so
 
-        # An application Xid on the canary node: the ladder ignores it, the metric does not.
+        # A GPU health checker taints the canary node: the ladder sees nothing, the smoke pod
+        # cannot be scheduled and times out with the scheduler's reason.
         (node,) = [n for n in created if n.startswith("canary")]
-        admin.patch("v1", "Node", node, {"metadata": {"annotations": {FAULT_ANN: "xid13"}}})
+        fault(admin, node, "smoke-fail")
         second = fleet_remote.commit("a longer canary soak", gates("20s"))
-        run_until("canary to fail on the metric", lambda: state(second) == "failure")
-        latest = record.latest(second, canary)
+        heads.append(second)
+        run_until("canary to fail its smoke test", lambda: state(second) == "failure", 90)
+        failed = record.latest(second, canary)
+        assert failed is not None
+        head = f"canary: smoke test failed on 1/1 nodes: {node}: timed out after 8s, pod "
+        assert failed.description.startswith(head), failed.description
+        assert "pod Unschedulable: 0/4 nodes are availab" in failed.description
+        # The status is cut at 140 characters; the node's Event has the scheduler's whole say.
+        events = admin.list("v1", "Event", namespace="default")["items"]
+        (event,) = [
+            e
+            for e in events
+            if e["reason"] == "SmokeTestFailed" and e["involvedObject"]["name"] == node
+        ]
+        assert "1 node(s) had untolerat" in event["message"]
+        assert event["type"] == "Warning"
+        fault(admin, node, None)
+
+        # An application Xid on the canary node: the ladder ignores it, the metric does not.
+        fault(admin, node, "xid13")
+        third = fleet_remote.commit("a shorter canary soak", gates("15s"))
+        heads.append(third)
+        run_until("canary to fail on the metric", lambda: state(third) == "failure")
+        latest = record.latest(third, canary)
         assert latest is not None
         # The example fleet's canary rolls back to its last good commit.
         want = f"canary: metric xid: 13 > max 0; rolling back to {first[:7]}"
         assert latest.description == want, latest.description
         later = stage_context("inference")
-        assert not [s for s in record.list_statuses(second) if s.context == later]
+        assert not [s for s in record.list_statuses(third) if s.context == later]
     finally:
         ctl.stop_informers()

@@ -80,7 +80,12 @@ def test_job_manifest_pins_the_node_and_requests_gpus() -> None:
     }
     assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 120
     pod = spec["template"]["spec"]
-    assert pod["nodeName"] == "gpu-node-1" and pod["restartPolicy"] == "Never"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (term,) = terms["nodeSelectorTerms"]
+    assert term == {
+        "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-1"]}]
+    }
+    assert "nodeName" not in pod and pod["restartPolicy"] == "Never"
     (container,) = pod["containers"]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
     assert container["command"] == ["nvidia-smi"]
@@ -158,3 +163,35 @@ def test_create_error_other_than_exists_raises() -> None:
     runner = smoke.SmokeRunner(client, "gitops-gpu")  # type: ignore[arg-type]
     with pytest.raises(KubeError, match="forbidden"):
         runner.run(STAGE, SHA, ["n1"])
+
+
+def test_unschedulable_pod_then_deadline_names_the_scheduler_reason() -> None:
+    client = FakeClient()
+    runner = smoke.SmokeRunner(client, "gitops-gpu")  # type: ignore[arg-type]
+    nodes = {"canary": ["n1"]}
+    runner.results([STAGE], nodes, NOW)
+    runner.run(STAGE, SHA, nodes["canary"])
+    name = smoke.job_name("canary", SHA, "n1")
+    message = "0/4 nodes are available: 1 Insufficient nvidia.com/gpu."
+    client.pods["p"] = {
+        "metadata": {"name": "p", "labels": {"job-name": name}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+    assert runner.results([STAGE], nodes, NOW + 5)[("canary", SHA)].state is SmokeState.RUNNING
+    del client.pods["p"]  # the deadline deleted it
+    client.jobs[name]["status"] = {
+        "failed": 1,
+        "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}],
+    }
+    result = runner.results([STAGE], nodes, NOW + 125)[("canary", SHA)]
+    assert result.failures == (f"n1: timed out after 120s, pod Unschedulable: {message}",)
