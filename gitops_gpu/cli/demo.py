@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from gitops_gpu import demo, demo_forge, paths
+from gitops_gpu import demo, demo_forge, demo_gates, paths
 from gitops_gpu.testbed import operator, session
 
 
@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="instead: the pull-request story on a real Gitea (in DIR-forge): preflight status, "
         "branch protection, merge, webhook, stage statuses in Gitea",
+    )
+    p.add_argument(
+        "--gates",
+        action="store_true",
+        help="instead: gates that test the GPUs (in DIR-gates): a canary smoke test and an Xid "
+        "metric on a real Prometheus, failing once on each",
     )
     p.add_argument("--nodes-per-pool", type=int, default=2)
     p.add_argument(
@@ -45,6 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.forge:
         return _run_forge(args)
+    if args.gates:
+        return _run_gates(args)
     if args.dir.exists():
         # A previous demo's state: stop what it left running, start clean.
         session.stop(args.dir / "testbed")
@@ -56,6 +64,17 @@ def _run(args: argparse.Namespace) -> int:
         nodes_per_pool=args.nodes_per_pool,
         operator_mode=args.operator,
         verify_signatures=args.verify_signatures,
+    )
+
+
+def _run_gates(args: argparse.Namespace) -> int:
+    workdir: Path = args.dir.with_name(args.dir.name + "-gates")
+    if workdir.exists():
+        session.stop(workdir / "testbed")
+        shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return demo_gates.run(
+        workdir, keep=args.keep, nodes_per_pool=args.nodes_per_pool, operator_mode=args.operator
     )
 
 
