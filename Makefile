@@ -46,6 +46,7 @@ test: binaries
 demo: binaries
 	$(PY) -m gitops_gpu demo $(DEMO_ARGS)
 	$(PY) -m gitops_gpu demo --forge $(DEMO_ARGS)
+	$(PY) -m gitops_gpu demo --gates $(DEMO_ARGS)
 
 bench: binaries
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
