@@ -179,6 +179,21 @@ def host_step(node: Obj, pod: Obj | None) -> tuple[sim.NodePatch, PodStatus | No
     return patch, None
 
 
+def handled(node: Obj, pod: Obj | None, wrote: bool) -> bool:
+    """Whether the host has had its say on the node's driver pod, so the operator may look:
+    the pod was just crash-looped or healed, is crash-looping, or is Ready and not about to be
+    crash-looped. A pod KWOK has just made Ready on a faulty node is not (the next tick
+    crash-loops it; a nudge before that would let the operator validate a driver that fails)."""
+    if pod is None:
+        return False
+    if wrote or crash_looping(pod):
+        return True
+    if not pod_ready(pod):
+        return False
+    running = (node.get("metadata", {}).get("annotations") or {}).get(sim.DRIVER_ANN)
+    return sim.fault(node) != "upgrade-failed" or pod_driver_version(pod) in (running, None)
+
+
 def nudge_patch(node: Obj) -> dict[str, Any] | None:
     """A no-op label change that makes the upgrade controller reconcile, if the node waits:
     on a pod, or (owned by an NVIDIADriver, so its driver pod is coming) for its first state,

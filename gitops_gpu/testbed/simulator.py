@@ -142,10 +142,13 @@ class Simulator:
         )["items"]
         by_node = hosts.driver_pods_by_node(pods)
         writes = 0
+        ready_to_nudge: list[Obj] = []
         for node in nodes:
             name = node["metadata"]["name"]
             patch, pod_status = hosts.host_step(node, by_node.get(name))
             _merge(patches.setdefault(name, sim.NodePatch()), patch)
+            if hosts.handled(node, by_node.get(name), pod_status is not None):
+                ready_to_nudge.append(node)
             if pod_status is not None:
                 self.client.request(
                     "PATCH",
@@ -158,7 +161,7 @@ class Simulator:
         now = time.monotonic()
         if now - self._last_nudge >= self.nudge_every:
             self._last_nudge = now
-            for node in nodes:
+            for node in ready_to_nudge:
                 nudge = hosts.nudge_patch(node)
                 if nudge is not None:
                     self.client.patch("v1", "Node", node["metadata"]["name"], nudge)

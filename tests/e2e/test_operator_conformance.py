@@ -66,6 +66,21 @@ def _observe(env: Env, sha: str, capsys: pytest.CaptureFixture[str]) -> dict[str
     }
 
 
+def _diagnose(env: Env) -> str:
+    """What canary-000 and its driver pod look like, and the operator's last log lines."""
+    node = env.tb.client.get("v1", "Node", "canary-000") or {}
+    labels = {k: v for k, v in node.get("metadata", {}).get("labels", {}).items() if "nvidia" in k}
+    pods = env.tb.client.list("v1", "Pod", namespace="gpu-operator")["items"]
+    drivers = [
+        (p["metadata"]["name"], p["status"].get("phase"), p["status"].get("containerStatuses"))
+        for p in pods
+        if p["spec"].get("nodeName") == "canary-000" and "driver" in p["metadata"]["name"]
+    ]
+    log = Path(env.tb.dir) / "logs" / "gpu-operator.log"
+    tail = log.read_text(errors="replace").splitlines()[-25:] if log.exists() else []
+    return "\n".join([f"canary-000 labels: {labels}", f"its driver pods: {drivers}", *tail])
+
+
 def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     first = env.remote.commit("fast gates", fast_gates())
@@ -89,7 +104,10 @@ def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
             "upgrade-failed"
         )
 
-    env.wait("canary-000 upgrade-failed", failed_there)
+    try:
+        env.wait("canary-000 upgrade-failed", failed_there)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(env)}") from None
     failed = _observe(env, bad, capsys)
     seen["failure"] = {
         "canary-000": failed["nodes"]["canary-000"]["upgrade"],

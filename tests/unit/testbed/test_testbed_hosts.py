@@ -100,3 +100,14 @@ def test_nudge_toggles_the_skip_label_only_while_waiting_on_pods() -> None:
     assert hosts.nudge_patch(fresh) is None  # no owner: no driver pod is coming
     fresh["metadata"]["labels"][names.DRIVER_OWNER_LABEL] = "canary"
     assert hosts.nudge_patch(fresh) == {"metadata": {"labels": {hosts.SKIP_LABEL: "false"}}}
+
+
+def test_no_nudge_before_the_host_had_its_say_on_a_new_driver_pod() -> None:
+    faulty = node(running="580.126.20", fault="upgrade-failed", state="pod-restart-required")
+    fresh_ready = pod("580.142.01")  # KWOK made it Ready; the host has not crash-looped it
+    assert not hosts.handled(faulty, fresh_ready, wrote=False)
+    assert hosts.handled(faulty, fresh_ready, wrote=True)  # crash-looped in this tick
+    assert not hosts.handled(faulty, None, wrote=False)
+    assert not hosts.handled(faulty, pod("580.142.01", ready=False), wrote=False)
+    healthy = node(running="580.126.20", state="pod-restart-required")
+    assert hosts.handled(healthy, fresh_ready, wrote=False)
