@@ -72,10 +72,10 @@ def create_nodes(client: kube.Client, work: Path, per_pool: int) -> list[str]:
 
 
 @contextmanager
-def bench_env(pools: int = 50, per_pool: int = 40) -> Iterator[Bench]:
+def bench_env(pools: int = 50, per_pool: int = 40, operator: str = "sim") -> Iterator[Bench]:
     root = Path(tempfile.mkdtemp(prefix="gitops-gpu-bench-"))
     t0 = time.monotonic()
-    tb = session.start(root / "testbed", progress=lambda _m: None)
+    tb = session.start(root / "testbed", progress=lambda _m: None, operator_mode=operator)
     try:
         work, bare = root / "fleet", root / "fleet.git"
         git(root, "init", "-q", "--bare", "-b", "main", str(bare))
@@ -89,7 +89,7 @@ def bench_env(pools: int = 50, per_pool: int = 40) -> Iterator[Bench]:
         created = create_nodes(tb.client, work, per_pool)
         print(
             f"set-up: testbed + {len(created)} Ready KWOK nodes in {pools} pools "
-            f"in {time.monotonic() - t0:.1f}s"
+            f"(GPU Operator: {operator}) in {time.monotonic() - t0:.1f}s"
         )
         yield bench
     finally:
