@@ -76,7 +76,10 @@ def prombed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromBed]:
     try:
         url = prom.start_server(state, exporters.url, scrape_interval=1.0)
         bed = PromBed(url, state, fleet, exporters)
-        bed.wait_for('DCGM_FI_DEV_GPU_TEMP{Hostname="train-0"}')
+        deadline = time.monotonic() + 30  # every node's target scraped at least once
+        while len(bed.wait_for("count by (Hostname) (DCGM_FI_DEV_GPU_TEMP)")) < len(fleet):
+            assert time.monotonic() < deadline, "not every exporter was scraped"
+            time.sleep(0.5)
         yield bed
     finally:
         prom.stop(state)

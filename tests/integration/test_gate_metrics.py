@@ -35,10 +35,11 @@ def test_dcgm_exporter_series_and_labels(prombed: PromBed) -> None:
 
 
 def test_xid_fault_breaks_the_bound_naming_value_and_bound(prombed: PromBed) -> None:
-    analyzer = Analyzer(prombed.url)
+    analyzer = Analyzer(prombed.url, timeout=30)
     windowed = MetricSpec("xid-10s", XID.query, max=0, for_seconds=10)
     util = MetricSpec("util", 'min(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"})', min=10)
-    assert analyzer.evaluate(stage(XID, windowed, util), CANARY).state is AnalysisState.OK
+    healthy = analyzer.evaluate(stage(XID, windowed, util), CANARY)
+    assert healthy.state is AnalysisState.OK, healthy
     prombed.fault("canary-1", "xid79")
     try:
         deadline = time.monotonic() + 30
@@ -63,7 +64,7 @@ def test_xid_fault_breaks_the_bound_naming_value_and_bound(prombed: PromBed) -> 
 
 
 def test_no_data_and_query_errors(prombed: PromBed) -> None:
-    analyzer = Analyzer(prombed.url)
+    analyzer = Analyzer(prombed.url, timeout=30)
     ghost = MetricSpec("ghost", 'sum(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$nodes"})', max=0)
     none = analyzer.evaluate(stage(ghost), ["no-such-node"])
     assert (none.state, none.detail) == (AnalysisState.NO_DATA, "ghost: no data")
