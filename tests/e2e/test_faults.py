@@ -147,6 +147,7 @@ class Killer:
             self.hit.set()
 
 
+@pytest.mark.timeout(120 + 120 * RUNS)
 @pytest.mark.parametrize("env", ["sim"], indirect=True)
 def test_killed_mid_pass_at_seeded_writes_keeps_the_invariants(
     env: Env, fleet: Fleet, tmp_path: Path
@@ -254,6 +255,7 @@ def _leads(p: Proc) -> bool:
         return False
 
 
+@pytest.mark.timeout(400 + REMOTE_DOWN)
 @pytest.mark.parametrize("env", ["sim"], indirect=True)
 def test_etcd_stopped_and_git_remote_gone_then_recovered(
     env: Env, fleet: Fleet, tmp_path: Path
