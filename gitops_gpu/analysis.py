@@ -96,13 +96,30 @@ class Analyzer:
     def __init__(self, url: str | None, timeout: float = TIMEOUT) -> None:
         self.prometheus = Prometheus(url, timeout) if url else None
 
-    def evaluate(self, stage: StageSpec, nodes: Iterable[str]) -> AnalysisResult:
-        nodes = list(nodes)
+    def evaluate(
+        self,
+        stage: StageSpec,
+        nodes: Iterable[str],
+        baseline: Iterable[str] = (),
+        baseline_pools: Iterable[str] = (),
+    ) -> AnalysisResult:
+        """``baseline``: the nodes (and pools) still running the previous commit, for
+        ``compareTo: baseline``."""
+        nodes, baseline, baseline_pools = list(nodes), list(baseline), list(baseline_pools)
         missing: list[str] = []
         for metric in stage.gate.metrics:
             if self.prometheus is None:
                 missing.append(f"{metric.name}: no --prometheus-url")
                 continue
+            if metric.compare_to == "baseline":
+                verdict = self._compare(
+                    self.prometheus, metric, stage, nodes, baseline, baseline_pools
+                )
+                if isinstance(verdict, AnalysisResult):
+                    return verdict
+                if verdict:
+                    missing.append(verdict)
+                    continue
             for bound, worst in (("max", "max"), ("min", "min")):
                 limit = metric.max if bound == "max" else metric.min
                 if limit is None:
@@ -121,6 +138,42 @@ class Analyzer:
         if missing:
             return AnalysisResult(AnalysisState.NO_DATA, "; ".join(missing))
         return AnalysisResult(AnalysisState.OK)
+
+    def _compare(
+        self,
+        prometheus: Prometheus,
+        metric: MetricSpec,
+        stage: StageSpec,
+        nodes: list[str],
+        baseline: list[str],
+        baseline_pools: list[str],
+    ) -> AnalysisResult | str:
+        """Kayenta-style: the stage's value against the baseline's, worse by at most
+        ``tolerance`` (relative). An AnalysisResult ends the evaluation; a string is why there
+        is no data; "" is within tolerance."""
+        if not baseline:
+            return f"{metric.name}: no baseline (no nodes run the previous commit)"
+        worst = "max" if metric.better == "lower" else "min"
+        ours = prometheus.query(self._expr(metric, stage, nodes, worst), worst)
+        base_stage = StageSpec(stage.name, tuple(baseline_pools), stage.gate)
+        theirs = prometheus.query(self._expr(metric, base_stage, baseline, worst), worst)
+        for answer, whose in ((ours, ""), (theirs, "baseline: ")):
+            if answer.error:
+                return AnalysisResult(
+                    AnalysisState.ERROR, f"{metric.name}: {whose}{answer.problem}"
+                )
+            if answer.value is None:
+                return f"{metric.name}: {whose}{answer.problem}"
+        assert ours.value is not None and theirs.value is not None
+        slack = abs(theirs.value) * metric.tolerance
+        pct = f"{metric.tolerance * 100:g}%"
+        if metric.better == "lower" and ours.value > theirs.value + slack:
+            detail = f"{metric.name}: {_text(ours.value)} > baseline {_text(theirs.value)} +{pct}"
+            return AnalysisResult(AnalysisState.VIOLATED, detail)
+        if metric.better == "higher" and ours.value < theirs.value - slack:
+            detail = f"{metric.name}: {_text(ours.value)} < baseline {_text(theirs.value)} -{pct}"
+            return AnalysisResult(AnalysisState.VIOLATED, detail)
+        return ""
 
     @staticmethod
     def _expr(metric: MetricSpec, stage: StageSpec, nodes: list[str], worst: str) -> str:

@@ -407,7 +407,17 @@ class Controller:
             if commit is None or judged.state(commit, stage_context(stage.name)) != PENDING:
                 continue
             nodes = nodes if nodes is not None else self._stage_nodes(stages)
-            out[(stage.name, commit)] = self.analyzer.evaluate(stage, nodes[stage.name])
+            # compareTo: baseline: the other stages' nodes still running another commit.
+            behind = [
+                s
+                for s in stages
+                if s is not stage and applied_commit(s, pools) not in (None, commit)
+            ]
+            base = [n for s in behind for n in nodes[s.name]]
+            base_pools = [p for s in behind for p in s.pools]
+            out[(stage.name, commit)] = self.analyzer.evaluate(
+                stage, nodes[stage.name], base, base_pools
+            )
         return out
 
     def _finish_smoke_tests(self, actions: Sequence[object]) -> None:

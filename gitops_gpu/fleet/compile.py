@@ -74,7 +74,10 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
                 timeout_seconds=s.gate.timeout,
                 smoke_test=_smoke_spec(s.gate.smoke_test),
                 metrics=tuple(
-                    MetricSpec(m.name, m.query, m.max, m.min, m.for_) for m in s.gate.metrics
+                    MetricSpec(
+                        m.name, m.query, m.max, m.min, m.for_, m.compare_to, m.tolerance, m.better
+                    )
+                    for m in s.gate.metrics
                 ),
                 on_no_data=s.gate.on_no_data,
             ),

@@ -30,6 +30,9 @@ class MetricSpec:
     max: float | None = None
     min: float | None = None
     for_seconds: float = 0.0
+    compare_to: str | None = None  # "baseline": against the nodes still on the previous commit
+    tolerance: float = 0.1  # relative: 0.1 lets the stage be 10% worse than the baseline
+    better: str = "lower"  # lower | higher
 
 
 @dataclass(frozen=True)

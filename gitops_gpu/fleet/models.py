@@ -202,6 +202,11 @@ class MetricCheck(_Model):
     min: float | None = None
     # How long the value must have been within bounds; evaluated as max/min over that window.
     for_: Duration = Field(default=0.0, alias="for")
+    # Kayenta-style: the same query on the nodes still running the previous commit (the later
+    # stages'); the stage fails when its value is worse than that by more than `tolerance`.
+    compare_to: Literal["baseline"] | None = None
+    tolerance: float = Field(default=0.1, ge=0, le=100)
+    better: Literal["lower", "higher"] = "lower"
 
     @field_validator("name")
     @classmethod
@@ -216,8 +221,8 @@ class MetricCheck(_Model):
         return v
 
     def model_post_init(self, _: Any) -> None:
-        if self.max is None and self.min is None:
-            raise ValueError(f"metric {self.name!r}: give max, min or both")
+        if self.max is None and self.min is None and self.compare_to is None:
+            raise ValueError(f"metric {self.name!r}: give max, min or both, or compareTo")
 
 
 class Gate(_Model):

@@ -86,3 +86,39 @@ def test_no_data_and_query_errors(prombed: PromBed) -> None:
 def test_placeholders_expand_to_escaped_alternations() -> None:
     q = expand('x{Hostname=~"$nodes",pool=~"$pools"}', ["b.example", "a"], ["p"])
     assert q == 'x{Hostname=~"a|b\\\\.example",pool=~"p"}'
+
+
+def test_compare_to_baseline(prombed: PromBed) -> None:
+    analyzer = Analyzer(prombed.url, timeout=30)
+    xid = MetricSpec("xid", XID.query, compare_to="baseline", tolerance=0.1)
+    temp = MetricSpec(
+        "temp", 'avg(DCGM_FI_DEV_GPU_TEMP{Hostname=~"$nodes"})', compare_to="baseline"
+    )
+    util = MetricSpec(
+        "util",
+        'avg(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"})',
+        compare_to="baseline",
+        better="higher",
+        tolerance=0.2,
+    )
+    base = (["train-0"], ["train"])
+    assert analyzer.evaluate(stage(xid, temp, util), CANARY, *base).state is AnalysisState.OK
+    none = analyzer.evaluate(stage(xid), CANARY)
+    assert none.state is AnalysisState.NO_DATA and "no baseline" in none.detail
+    prombed.fault("canary-1", "xid79")
+    try:
+        deadline = time.monotonic() + 30
+        while (result := analyzer.evaluate(stage(xid), CANARY, *base)).state is AnalysisState.OK:
+            assert time.monotonic() < deadline, "the Xid never reached Prometheus"
+            time.sleep(0.5)
+        assert (result.state, result.detail) == (
+            AnalysisState.VIOLATED,
+            "xid: 79 > baseline 0 +10%",
+        )
+        hot = analyzer.evaluate(stage(temp), CANARY, *base)
+        assert hot.state is AnalysisState.VIOLATED and hot.detail.startswith("temp: ")
+        # The lost GPU's 0% pulls the canary's average utilisation below the baseline's -20%?
+        slow = analyzer.evaluate(stage(util), CANARY, *base)
+        assert slow.state is AnalysisState.OK, slow  # 1 GPU of 16 at 0%: within 20%
+    finally:
+        prombed.fault("canary-1", None)

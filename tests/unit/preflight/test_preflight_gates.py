@@ -35,7 +35,13 @@ def test_clean_gate_specs(tmp_path: Path) -> None:
                 "query": 'sum(increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$nodes"}[10m]))',
                 "max": 0,
                 "for": "5m",
-            }
+            },
+            {
+                "name": "temp",
+                "query": 'avg(DCGM_FI_DEV_GPU_TEMP{Hostname=~"$nodes"})',
+                "compareTo": "baseline",
+                "tolerance": 0.2,
+            },
         ],
         "onNoData": "fail",
     }
@@ -81,4 +87,4 @@ def test_metric_needs_a_bound(tmp_path: Path) -> None:
     gate = {"metrics": [{"name": "xid", "query": "up"}]}
     root = write_repo(tmp_path, {"a": H100}, stages=_stages(gate))
     found = only(check(root), "GG002")
-    assert any("give max, min or both" in f.message for f in found)
+    assert any("give max, min or both, or compareTo" in f.message for f in found)
