@@ -164,8 +164,8 @@ def _load_base(
     line, col = fleet_doc.where(("spec", "base"))
     target = root / rel
     try:
-        inside = root.resolve() in (root / rel).resolve().parents
-    except (RuntimeError, OSError):  # a symlink loop: not a file the loader can read
+        inside = "\0" not in rel and root.resolve() in (root / rel).resolve().parents
+    except (RuntimeError, OSError, ValueError):  # a symlink loop: not a file the loader can read
         inside = False
     if Path(rel).is_absolute() or not inside:
         errors.append(

@@ -128,3 +128,13 @@ def test_preflight_never_raises_on_a_hostile_repo(changes: list[tuple[str, str |
                 _no_bad_values(pool.driver)
                 for key, value in pool.node_labels.items():
                     assert "\n" not in key and "\n" not in str(value), (key, value)
+
+
+def test_a_nul_byte_in_spec_base_is_a_finding(tmp_path: Path) -> None:
+    """Found by the generator above: `base: "\\0"` raised ValueError out of the loader."""
+    root = tmp_path / "fleet"
+    shutil.copytree(paths.fleet_example(), root)
+    fleet = root / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("base: base/clusterpolicy.yaml", 'base: "\\0"'))
+    result = run_preflight(root, commit="nul", crds_dir=paths.default_crds_dir())
+    assert any(f.field == "spec.base" and f.severity == "error" for f in result.findings)
