@@ -103,7 +103,9 @@ def _no_bad_values(obj: Any) -> None:
             _no_bad_values(v)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.lists(mutations(), min_size=1, max_size=3))
 def test_preflight_never_raises_on_a_hostile_repo(changes: list[tuple[str, str | bytes]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
