@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import FleetRemote
 
 from gitops_gpu.controller import FOLLOW_UP_SECONDS, Config, Controller
 from gitops_gpu.rollout.status import stage_context
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_apply_is_followed_up_before_the_interval(
-    clean_cluster: Testbed, fleet_remote: FleetRemote, tmp_path: Path
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path
 ) -> None:
     head = fleet_remote.commit("head")
     cfg = Config(repo=fleet_remote.url, cache_dir=tmp_path / "ctl", interval=120.0)

@@ -5,9 +5,9 @@ read is injected; everything else is the real testbed and a real fleet remote.)"
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import FleetRemote
 
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.errors import KubeError
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def test_a_failed_crd_read_leaves_the_commit_unjudged(
     clean_cluster: Testbed,
-    fleet_remote: FleetRemote,
+    fleet_remote: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -50,7 +50,7 @@ def test_a_failed_crd_read_leaves_the_commit_unjudged(
 
 
 def test_the_verdict_cache_keeps_only_the_history_window(
-    clean_cluster: Testbed, fleet_remote: FleetRemote, tmp_path: Path
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path
 ) -> None:
     cfg = Config(repo=fleet_remote.url, cache_dir=tmp_path / "ctl", history=3)
     ctl = Controller(cfg, clean_cluster.client)

@@ -8,9 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import FleetRemote
 from hostile_cases import CASES, Case, crafted_escape_commit, git
 
 from gitops_gpu import names, paths
@@ -46,9 +46,7 @@ def baseline_rss() -> int:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_check_survives_hostile_commit(
-    case: Case, fleet_remote: FleetRemote, baseline_rss: int
-) -> None:
+def test_check_survives_hostile_commit(case: Case, fleet_remote: Any, baseline_rss: int) -> None:
     fleet_remote.commit(case.name, case.edit)
     rc, out, rss = run_check(str(fleet_remote.work))
     assert "Traceback" not in out, out
@@ -59,9 +57,7 @@ def test_check_survives_hostile_commit(
     assert rss - baseline_rss < EXTRA_RSS_LIMIT, f"peak RSS {rss >> 20} MiB"
 
 
-def test_check_base_never_writes_outside_the_export(
-    fleet_remote: FleetRemote, tmp_path: Path
-) -> None:
+def test_check_base_never_writes_outside_the_export(fleet_remote: Any, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     crafted = crafted_escape_commit(fleet_remote.work, outside)
@@ -85,7 +81,7 @@ def _canary_commit(tb: Testbed) -> str | None:
 
 
 def test_controller_passes_survive_every_hostile_commit(
-    clean_cluster: Testbed, fleet_remote: FleetRemote, tmp_path: Path
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path
 ) -> None:
     cfg = Config(repo=fleet_remote.url, cache_dir=tmp_path / "ctl", interval=0.1)
     ctl = Controller(cfg, clean_cluster.client)
