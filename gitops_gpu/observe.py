@@ -141,7 +141,10 @@ class Observer:
                 ph = self.pool_health(compiled, pool, snap, members)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
-                failing = next((n.reason for n in ph.nodes if n.health is not Health.HEALTHY), None)
+                # A degraded node is the cause to name; a node still upgrading only if none is.
+                failing = next(
+                    (n.reason for n in ph.nodes if n.health is Health.DEGRADED), None
+                ) or next((n.reason for n in ph.nodes if n.health is not Health.HEALTHY), None)
                 out[pool] = PoolObservation(
                     pool=pool,
                     commit=commit,
