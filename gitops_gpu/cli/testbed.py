@@ -148,7 +148,6 @@ def _up_forge(args: argparse.Namespace, tb: session.Testbed) -> None:
     f = forge.up(tb.state, fleet, webhook_url=args.forge_webhook, progress=build._stderr)
     print(f"forge up: {f.url} (repo {f.repo}); {tb.dir / 'forge.json'}")
     print(f"  export GITOPS_GPU_GIT_TOKEN=$(cat {f.token_file})")
-    print(f"  export GITOPS_GPU_GIT_TOKEN=$(cat {f.token_file})")
     print(f"  export GITOPS_GPU_STATUS_TOKEN=$(cat {f.token_file})")
     print(
         f"  gitops-gpu controller --repo {f.clone_url} --status-backend {f.status_backend}"
