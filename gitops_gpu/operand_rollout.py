@@ -21,8 +21,10 @@ from gitops_gpu.sync.live import Informer, selector_matches
 
 log = logging.getLogger(__name__)
 # The operator updates its DaemonSets a few seconds after the ClusterPolicy changes, and says
-# nothing when it has (no observedGeneration): until this long after our last apply, nodes of
-# pools that expect the live revision are not yet counted on it.
+# nothing when it has (no observedGeneration): until this long after our last apply, and while
+# a DaemonSet does not run the image the ClusterPolicy names, nodes of pools that expect the
+# live revision are not counted on it and no pod is evicted (its "current" revision may still
+# be the one the ClusterPolicy just left, e.g. right after a rollback).
 OPERATOR_SETTLE_SECONDS = 15.0
 CompiledFor = Callable[[str], CompiledFleet | None]
 
@@ -58,14 +60,22 @@ class OperandRoller:
             return {}
         return {c: t.cluster_policy["spec"] for c, t in compiled.clusters.items()}
 
+    def settling(self, live: Mapping[str, Any], spec: Mapping[str, Any] | None) -> bool:
+        """Whether the operator may not yet have carried the live ClusterPolicy into its
+        DaemonSets."""
+        applied = operands.applied_at(live, names.FIELD_MANAGER)
+        if applied is not None and self.clock() - applied < OPERATOR_SETTLE_SECONDS:
+            return True
+        return bool(spec is not None and operands.lagging(self.daemonsets.items(), spec))
+
     def context(self, compiled_for: CompiledFor) -> OperandContext:
         ops = self.read()
         if not ops.daemonsets:
             return OperandContext(ops, {}, dict(self.refused))
         live = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
-        applied = operands.applied_at(live or {}, names.FIELD_MANAGER)
-        settling = applied is not None and self.clock() - applied < OPERATOR_SETTLE_SECONDS
         specs = self.live_policy_specs(compiled_for, live or {})
+        spec = (live or {}).get("spec")
+        settling = self.settling(live or {}, spec if isinstance(spec, Mapping) else None)
         commit = ((live or {}).get("metadata", {}).get("annotations") or {}).get(
             names.COMMIT_ANNOTATION
         )
@@ -76,9 +86,12 @@ class OperandRoller:
         ops = self.read()
         if not ops.daemonsets:
             return 0
-        live_spec = self.live_policy_specs(compiled_for).get(cluster.name)
+        live = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME) or {}
+        live_spec = self.live_policy_specs(compiled_for, live).get(cluster.name)
         if live_spec != cluster.cluster_policy["spec"]:
             return 0  # the live ClusterPolicy is another commit's: these nodes keep theirs
+        if self.settling(live, cluster.cluster_policy["spec"]):
+            return 0  # a DaemonSet's current revision may still be the previous policy's
         nodes = self.nodes.items()
         evicted = 0
         for name in sorted(pools):

@@ -228,6 +228,56 @@ def _ahead(states: Sequence[NodeOperands]) -> int:
     return sum(1 for s in states if not s.stale and s.current)
 
 
+# Operand DaemonSet -> the ClusterPolicy field naming its image (operator v26.7.0
+# assets/state-*/*daemonset.yaml and api/nvidia/v1 ``ImagePath``).
+IMAGE_FIELDS = {
+    "nvidia-container-toolkit-daemonset": "toolkit",
+    "nvidia-device-plugin-daemonset": "devicePlugin",
+    "nvidia-dcgm-exporter": "dcgmExporter",
+    "nvidia-dcgm": "dcgm",
+    "gpu-feature-discovery": "gfd",
+    "nvidia-mig-manager": "migManager",
+    "nvidia-operator-validator": "validator",
+    "nvidia-node-status-exporter": "nodeStatusExporter",
+}
+
+
+def image_path(component: Obj) -> str | None:
+    """The image the operator runs for a ClusterPolicy component (its ``imagePath``), or None
+    when the spec leaves it to the operator's environment."""
+    repository, image, version = (
+        str(component.get(k) or "") for k in ("repository", "image", "version")
+    )
+    if not repository and not version:
+        return image or None
+    if not (repository and image and version):
+        return None
+    sep = "@" if version.startswith("sha256:") else ":"
+    return f"{repository}/{image}{sep}{version}"
+
+
+def lagging(daemonsets: Iterable[Obj], spec: Obj) -> list[str]:
+    """Operand DaemonSets (owned by the ClusterPolicy) whose pod template does not yet run the
+    image ``spec`` names: the operator has not caught up with the live ClusterPolicy, and
+    their current revision is still the previous one's."""
+    out = []
+    for ds in daemonsets:
+        name = str(_meta(ds).get("name"))
+        field = IMAGE_FIELDS.get(name)
+        component = spec.get(field) if field else None
+        if _owner(ds, names.CLUSTER_POLICY_API[1]) is None or not isinstance(component, Mapping):
+            continue
+        want = image_path(component)
+        template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        images = {
+            c.get("image")
+            for c in [*(template.get("containers") or []), *(template.get("initContainers") or [])]
+        }
+        if want is not None and want not in images:
+            out.append(name)
+    return sorted(out)
+
+
 def applied_at(obj: Obj, manager: str) -> float | None:
     """When ``manager`` last changed ``obj`` (its managedFields entry), as a Unix time."""
     times = [

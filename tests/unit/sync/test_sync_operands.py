@@ -119,3 +119,29 @@ def test_the_gate_counts_nodes_behind_as_progressing_and_the_pool_out_of_sync() 
     ahead = operands.PoolOperands(behind=0, stale_pods=0, ahead=2, first=None)
     assert fold_operands(obs, ahead).summary == "on 580, 2 nodes ahead of stage"
     assert fold_operands(obs, ahead).nodes_healthy == 2
+
+
+def _with_image(obj: dict[str, Any], image: str) -> dict[str, Any]:
+    out = {**obj, "spec": {"template": {"spec": {"containers": [{"image": image}]}}}}
+    return out
+
+
+def test_image_path_follows_the_operators_rules() -> None:
+    tk = {"repository": "nvcr.io/nvidia/k8s", "image": "container-toolkit", "version": "v1.19.2"}
+    assert operands.image_path(tk) == "nvcr.io/nvidia/k8s/container-toolkit:v1.19.2"
+    digest = {**tk, "version": "sha256:abc"}
+    assert operands.image_path(digest) == "nvcr.io/nvidia/k8s/container-toolkit@sha256:abc"
+    assert operands.image_path({"image": "reg/x@sha256:1"}) == "reg/x@sha256:1"
+    assert operands.image_path({"version": "v1"}) is None  # half a path: the env decides
+
+
+def test_a_daemonset_that_does_not_run_the_policys_image_is_lagging() -> None:
+    spec = {"toolkit": {"repository": "r", "image": "tk", "version": "v2"}}
+    # right after a rollback the DaemonSet still runs the version the policy just left
+    assert operands.lagging([_with_image(TOOLKIT, "r/tk:v3")], spec) == [
+        "nvidia-container-toolkit-daemonset"
+    ]
+    assert operands.lagging([_with_image(TOOLKIT, "r/tk:v2")], spec) == []
+    # a driver DaemonSet is not an operand, and a component the spec leaves alone is not judged
+    assert operands.lagging([_with_image(DRIVER, "x")], {"driver": {"image": "y"}}) == []
+    assert operands.lagging([_with_image(TOOLKIT, "r/tk:v3")], {"dcgm": {}}) == []
