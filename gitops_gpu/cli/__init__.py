@@ -14,9 +14,39 @@ from gitops_gpu.errors import GitopsGpuError
 # Command modules, in the order `--help` lists them. Missing ones are skipped so a partial
 # checkout still runs the commands it has.
 COMMAND_MODULES = ("check", "sync", "agent", "rollout", "controller", "demo", "testbed")
+# command -> the module that registers it: a run imports only its own command's module, so
+# `gitops-gpu controller` never loads the testbed or the demo (tests keep this table honest).
+COMMANDS = {
+    "check": "check",
+    "compile": "check",
+    "plan": "sync",
+    "apply": "sync",
+    "agent": "agent",
+    "nodes": "agent",
+    "status": "rollout",
+    "approve": "rollout",
+    "pause": "rollout",
+    "resume": "rollout",
+    "rollback": "rollout",
+    "controller": "controller",
+    "demo": "demo",
+    "testbed": "testbed",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (the first word that is not a global option)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-format":
+            next(words, None)  # its value
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or with ``command`` only the module that registers it."""
     parser = argparse.ArgumentParser(prog="gitops-gpu", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
@@ -26,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="json: one JSON object per log line (structured logs)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(f"gitops_gpu.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -38,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(words))
+    args = parser.parse_args(words)
     logs.configure(verbose=args.verbose, fmt=args.log_format)
     try:
         rc: int = args.func(args)

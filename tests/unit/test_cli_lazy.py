@@ -1,0 +1,54 @@
+"""The CLI loads only the command it runs: a controller never imports the testbed or demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from gitops_gpu import cli
+
+DEV_ONLY = ("gitops_gpu.testbed", "gitops_gpu.demo", "gitops_gpu.agent.fake_nvml")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def test_the_command_table_names_every_command_and_its_module() -> None:
+    assert _subcommands(cli.build_parser()) == set(cli.COMMANDS)
+    for command, module in cli.COMMANDS.items():
+        assert command in _subcommands(cli.build_parser(command)), (command, module)
+
+
+def test_the_command_word_is_found_after_global_options() -> None:
+    assert cli._command(["--log-format", "json", "-v", "controller", "--repo", "x"]) == (
+        "controller"
+    )
+    assert cli._command(["--help"]) is None
+    assert cli._command(["no-such-command"]) is None
+
+
+def _loaded_after(argv: list[str]) -> list[str]:
+    code = (
+        "import json, sys\n"
+        "from gitops_gpu import cli\n"
+        f"cli.build_parser(cli._command({argv!r})).parse_args({argv!r})\n"
+        "import gitops_gpu.controller\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return [str(m) for m in json.loads(out.stdout)]
+
+
+def test_the_controller_command_loads_no_testbed_simulator_or_demo_module() -> None:
+    loaded = _loaded_after(["controller", "--repo", "file:///nowhere"])
+    assert "gitops_gpu.controller" in loaded
+    assert [m for m in loaded if m.startswith(DEV_ONLY)] == []
+
+
+def test_the_testbed_command_does_load_the_testbed() -> None:
+    # the probe above can see a testbed import when one happens
+    assert "gitops_gpu.testbed.session" in _loaded_after(["testbed", "down", "--dir", "x"])
