@@ -9,7 +9,6 @@ and operator pods, the engine's in-sync memo) only save work; dropping them chan
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,7 +26,7 @@ from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
-from gitops_gpu.preflight import run_preflight
+from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
 from gitops_gpu.rollout.actions import AdoptCommit, Rollback, RunSmokeTest, SetStatus, Wait
@@ -50,7 +49,6 @@ from gitops_gpu.sync.trust import Verifier
 
 log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
-OPERATOR_CRDS = ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com")
 CRD_REFRESH_SECONDS = 600.0
 FOLLOW_UP_SECONDS = 2.0
 
@@ -269,22 +267,7 @@ class Controller:
         return self.cfg.cache_dir / "crds"
 
     def _fetch_crds(self) -> None:
-        out = self.cfg.cache_dir / "crds"
-        out.mkdir(parents=True, exist_ok=True)
-        changed = False
-        for name in OPERATOR_CRDS:
-            crd = self.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-            if crd is None:
-                raise GitopsGpuError(
-                    f"the cluster has no CRD {name}",
-                    fix="install the GPU Operator (its CRDs) or pass --crds DIR",
-                )
-            text = json.dumps({k: crd[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            path = out / f"{name}.yaml"  # JSON is YAML
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                changed = True
-        if changed:
+        if crd_source.fetch(self.client, self.cfg.cache_dir / "crds"):
             self._checked.clear()  # verdicts were against other schemas
 
     def compiled_for(self, sha: str) -> CompiledFleet | None:

@@ -72,6 +72,8 @@ def _check(work: Path, forge: gitea.Forge) -> tuple[int, str]:
             "--post-status",
             "--status-backend",
             forge.status_backend,
+            "--crds",
+            str(paths.default_crds_dir()),
         ],
         env={**os.environ, "GITOPS_GPU_STATUS_TOKEN": forge.token},
         capture_output=True,

@@ -15,6 +15,8 @@ def shared_upstream() -> Path:
 
 
 def default_crds_dir() -> Path:
+    """The upstream CRDs beside a developer checkout: the testbed installs them and tests check
+    against them. Runtime code never defaults here (preflight/crd_source.py)."""
     return shared_upstream() / "gpu-operator" / "crds"
 
 

@@ -23,7 +23,12 @@ from prometheus_fixtures import prombed  # noqa: F401 (fixture: a real Prometheu
 
 from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.preflight import crd_source
 from gitops_gpu.testbed import session
+
+# Preflight's CRDs default to nothing in an installed copy; tests check against the upstream
+# ones in ../shared (as the README's commands do), and subprocesses inherit this.
+os.environ.setdefault(crd_source.ENV, str(paths.default_crds_dir()))
 
 # A fixed directory: a run killed hard leaves state here that the next run cleans. Two runs at
 # once need two directories: GITOPS_GPU_TESTBED_DIR.

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
 from gitops_gpu.fleet.render import render_fleet
-from gitops_gpu.preflight import history
+from gitops_gpu.preflight import crd_source, history
 from gitops_gpu.preflight.findings import Finding, render_json, render_text, summary
 from gitops_gpu.preflight.plan import plan_json, plan_text
 from gitops_gpu.preflight.run import PreflightResult, run_preflight
@@ -45,7 +46,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument(
         "--crds",
         type=Path,
-        help="GPU Operator CRD directory (default: <project>/../shared/upstream/gpu-operator/crds)",
+        help="GPU Operator CRD directory (default: the cluster's, with --kubeconfig; else "
+        "$GITOPS_GPU_CRDS)",
     )
     c.add_argument("--commit", help="commit stamped on compiled objects (default: git HEAD)")
     c.add_argument(
@@ -84,14 +86,15 @@ def check(args: argparse.Namespace) -> int:
         return untrusted
     limits_args.apply(args)
     try:
-        result = run_preflight(
-            args.path,
-            commit=args.commit,
-            base_rev=args.base,
-            crds_dir=args.crds,
-            kubeconfig=args.kubeconfig,
-            recipes_dir=args.recipes,
-        )
+        with tempfile.TemporaryDirectory(prefix="gitops-gpu-crds-") as cache:
+            result = run_preflight(
+                args.path,
+                commit=args.commit,
+                base_rev=args.base,
+                crds_dir=crd_source.resolve(args.crds, args.kubeconfig, Path(cache)),
+                kubeconfig=args.kubeconfig,
+                recipes_dir=args.recipes,
+            )
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
-from gitops_gpu.preflight import run_preflight
+from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.sync import engine, report, source
 
 EXIT_PENDING = 3
@@ -34,6 +35,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     sel.add_argument("--stage")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--cache-dir", type=Path, help="where fetched repos are kept")
+    p.add_argument(
+        "--crds",
+        type=Path,
+        help="GPU Operator CRD directory for preflight (default: the cluster's own CRDs)",
+    )
     verify_args.add_arguments(p)
 
 
@@ -131,7 +137,9 @@ def _apply(args: argparse.Namespace) -> int:
     except verify_args.UntrustedCommitError as exc:
         print(exc, file=sys.stderr)
         return 1
-    result = run_preflight(path, commit=sha)
+    with tempfile.TemporaryDirectory(prefix="gitops-gpu-crds-") as cache:
+        crds = crd_source.resolve(args.crds, args.kubeconfig, Path(cache))  # else exit 2
+        result = run_preflight(path, commit=sha, crds_dir=crds)
     errors = [f for f in result.findings if f.severity == "error"]
     if errors or result.compiled is None:
         for finding in errors:

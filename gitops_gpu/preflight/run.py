@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import paths
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.compiled import CompiledFleet
@@ -25,6 +24,7 @@ from gitops_gpu.preflight import (
     checks,
     compat,
     conformance,
+    crd_source,
     history,
     live,
     matrix,
@@ -81,7 +81,7 @@ def run_preflight(
             file=str(root),
             fix="pass the path of a fleet repo checkout",
         )
-    crds = load_crds(Path(crds_dir) if crds_dir else paths.default_crds_dir())
+    crds = load_crds(Path(crds_dir) if crds_dir else crd_source.from_env())
     sha = commit or history.head_commit(root) or "working-tree"
     try:
         repo = load_repo(root)

@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
+from gitops_gpu.preflight import crd_source
 from gitops_gpu.testbed import nodes
 from gitops_gpu.testbed.session import Testbed
 
@@ -299,3 +300,25 @@ def test_a_removed_pool_is_pruned_only_by_the_stage_that_held_it(
     assert tb.client.get(*DRV, "train-h100") is None and tb.client.get(*DRV, "infer-l40s") is None
     assert labelled("train-h100") == [] and labelled("infer-l40s") == []
     assert tb.client.get(*DRV, "train-b200") is not None and labelled("train-b200")
+
+
+def test_apply_checks_against_the_clusters_own_crds_when_none_are_named(
+    clean_cluster: Testbed,
+    fleet_remote: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    tb = clean_cluster
+    monkeypatch.delenv(crd_source.ENV, raising=False)  # as from an installed wheel
+    rc, _out, err = run(
+        capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig, "--dry-run"
+    )
+    assert rc == 0, err
+    # --crds wins over the cluster: an empty directory is refused with the flag named
+    empty = tmp_path / "no-crds"
+    empty.mkdir()
+    args = ("apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig, "--dry-run")
+    rc, _out, err = run(capsys, *args, "--crds", str(empty))
+    assert rc == 2
+    assert "--crds" in err
