@@ -19,7 +19,6 @@ from gitops_gpu.fleet.compiled import PoolTarget
 
 COMPONENT = "driver"
 UPGRADE_FAILED = "upgrade-failed"
-UPGRADE_DONE = "upgrade-done"
 # k8s-operator-libs pkg/upgrade: every state between "needs an upgrade" and "done".
 UPGRADE_IN_PROGRESS = frozenset(
     {

@@ -1,6 +1,6 @@
 """Load a fleet repo from disk into validated models, with file:line:column on every error.
 
-Layout (PRODUCT.md section 1)::
+Layout (docs/fleet-repo.md)::
 
     fleet.yaml                          kind: Fleet
     <spec.base>                         optional base ClusterPolicy

@@ -1,6 +1,6 @@
 """Which ClusterPolicy fields are per pool and how they become an NVIDIADriver spec.
 
-PRODUCT.md section 2: the driver (version, image, repository, kernelModuleType,
+docs/compile-model.md: the driver (version, image, repository, kernelModuleType,
 usePrecompiled, upgradePolicy, rdma, manager, ...), GDS and GDRCopy are realised per pool as an
 NVIDIADriver; everything else is cluster-scoped and must agree across the pools of a cluster.
 

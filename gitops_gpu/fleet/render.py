@@ -55,9 +55,6 @@ def render_yaml(data: Any) -> str:
     return buf.getvalue()
 
 
-render_manifest = render_yaml
-
-
 def node_label_doc(pool: PoolTarget) -> dict[str, Any]:
     """The node-label set of a pool as a document (not a Kubernetes object)."""
     return {

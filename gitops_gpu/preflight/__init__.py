@@ -1,4 +1,4 @@
-"""Preflight: every check a fleet repo commit must pass before it rolls out (PRODUCT.md §3).
+"""Preflight: every check a fleet repo commit must pass before it rolls out (docs/fleet-repo.md).
 
 Public surface: :func:`run_preflight` -> :class:`PreflightResult` (findings, compiled fleet,
 plan against ``--base``); :class:`Finding` and :class:`Severity` from ``findings``.

@@ -1,4 +1,4 @@
-"""Compile-rule checks (PRODUCT.md section 2) and pool settings that would silently do nothing.
+"""Compile-rule checks (docs/compile-model.md) and pool settings that would silently do nothing.
 
 Each function takes the loaded repo and/or the compiled fleet and returns findings that point
 at the file and line a person has to edit.

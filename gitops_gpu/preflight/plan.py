@@ -3,7 +3,7 @@ change, field by field. Pure: two CompiledFleets in, a Plan value out.
 
 A cluster-scoped change (the ClusterPolicy) hits every pool of the cluster at once; it is
 listed under the first stage holding one of the cluster's pools, the stage that adopts the
-commit first (PRODUCT.md section 2).
+commit first (docs/compile-model.md).
 """
 
 from __future__ import annotations
