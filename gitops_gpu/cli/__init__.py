@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from gitops_gpu import logs
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import GitopsGpuError
 
 # Command modules, in the order `--help` lists them. Missing ones are skipped so a partial
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args)
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     return rc

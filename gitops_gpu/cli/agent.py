@@ -21,6 +21,7 @@ from typing import Any
 
 from gitops_gpu import kube
 from gitops_gpu.agent import fake_nvml, loop
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components import drift, evidence, ladder
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError
@@ -145,7 +146,7 @@ def _nodes(args: argparse.Namespace) -> int:
         finally:
             client.close()
     print(json.dumps(as_json(results), indent=2) if args.format == "json" else as_text(results))
-    return 0 if all(ph.health is Health.HEALTHY for ph, _ in results) else 1
+    return Exit.OK if all(ph.health is Health.HEALTHY for ph, _ in results) else Exit.FAILED
 
 
 def as_json(results: Sequence[tuple[PoolHealth, list[drift.NvmlDrift]]]) -> dict[str, Any]:

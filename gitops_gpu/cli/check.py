@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from gitops_gpu.cli import limits_args, verify_args
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
@@ -25,7 +26,6 @@ from gitops_gpu.preflight.run import PreflightResult, run_preflight
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, SUCCESS, CommitStatus
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +81,7 @@ def check(args: argparse.Namespace) -> int:
         untrusted = verify_args.check_commit(args)  # before reading anything of the commit
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     if untrusted is not None:
         return untrusted
     limits_args.apply(args)
@@ -97,7 +97,7 @@ def check(args: argparse.Namespace) -> int:
             )
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except Exception as exc:  # whatever a commit holds, no traceback: it fails, said in a line
         log.debug("preflight raised", exc_info=True)
         print(
@@ -105,7 +105,7 @@ def check(args: argparse.Namespace) -> int:
             "(the commit fails preflight; please report this as a gitops-gpu bug)",
             file=sys.stderr,
         )
-        return EXIT_FINDINGS
+        return Exit.FAILED
     if args.format == "json":
         extra = {
             "commit": result.compiled.commit if result.compiled else None,
@@ -122,8 +122,8 @@ def check(args: argparse.Namespace) -> int:
             post_preflight_status(args, result)
         except GitopsGpuError as exc:
             print(f"error: could not post the preflight status: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return EXIT_OK if result.ok else EXIT_FINDINGS
+            return Exit.USAGE
+    return Exit.OK if result.ok else Exit.FAILED
 
 
 def status_description(result: PreflightResult) -> str:
@@ -174,7 +174,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     root: Path = args.path
     if not root.is_dir():
         print(f"error: {root} is not a directory", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     try:
         repo = load_repo(root)
         commit = args.commit or history.head_commit(root) or "working-tree"
@@ -184,10 +184,10 @@ def compile_cmd(args: argparse.Namespace) -> int:
             sys.stderr.write(
                 Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix).text() + "\n"
             )
-        return EXIT_FINDINGS
+        return Exit.FAILED
     except FleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return Exit.FAILED
     out: Path = args.out
     written = []
     for rel, text in render_fleet(compiled).items():
@@ -196,4 +196,4 @@ def compile_cmd(args: argparse.Namespace) -> int:
         target.write_text(text, encoding="utf-8")
         written.append(rel)
     print(json.dumps({"commit": commit, "out": str(out), "files": written}, indent=2))
-    return EXIT_OK
+    return Exit.OK

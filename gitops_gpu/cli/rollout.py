@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components.health import Health
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
 from gitops_gpu.rollout.status import (
@@ -85,7 +86,7 @@ def _status(args: argparse.Namespace) -> int:
     newest = next((ctl.compiled_for(c.sha) for c in history if ctl.compiled_for(c.sha)), None)
     if newest is None:
         print("no commit of the fleet repo passes preflight yet", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     ctl.start_informers()
     drivers = ctl.engine.reader.managed(*names.NVIDIA_DRIVER_API)
     pools, health = ctl.observer.observe(ctl.engine, drivers, newest, ctl.compiled_for)
@@ -176,7 +177,7 @@ def _rollback(args: argparse.Namespace) -> int:
     newest = next((ctl.compiled_for(c.sha) for c in history if ctl.compiled_for(c.sha)), None)
     if newest is None:
         print("no commit of the fleet repo passes preflight", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     stage = newest.stage(args.stage)
     current = {
         (drivers.get(p) or {})
@@ -203,7 +204,7 @@ def _rollback(args: argparse.Namespace) -> int:
         print(
             f"stage {stage.name} has no earlier successful commit to roll back to", file=sys.stderr
         )
-        return 1
+        return Exit.FAILED
     who = getpass.getuser()
     for sha in sorted(c for c in current if c and c != target):
         ctl.backend.set_status(

@@ -1,7 +1,7 @@
 """`gitops-gpu plan` and `gitops-gpu apply`: a fleet repo commit against the live cluster(s).
 
-Exit codes: plan 0 in sync, 3 changes pending; both 1 on a refused apply (preflight error or
-conflict), 2 on usage/IO errors.
+Exit codes (cli/exits.py): plan 0 in sync, 3 changes pending; 1 on a refused apply (preflight
+error, untrusted commit or conflict), 2 on usage/IO errors.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from typing import Any
 
 from gitops_gpu import kube
 from gitops_gpu.cli import verify_args
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.sync import engine, report, source
-
-EXIT_PENDING = 3
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -114,10 +113,10 @@ def _plan(args: argparse.Namespace) -> int:
         engines = _plans(args, compiled)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     except verify_args.UntrustedCommitError as exc:
         print(exc, file=sys.stderr)
-        return 1
+        return Exit.FAILED
     plans = [p for _e, p in engines]
     nvml = [] if args.no_nvml else _nvml_drift(engines, compiled)
     _emit(args, plans, {"nvmlDrift": [d.as_dict() for d in nvml]})
@@ -127,7 +126,7 @@ def _plan(args: argparse.Namespace) -> int:
             print(f"  {d}")
     # The exit code reflects objects and labels gitops-gpu would change; NVML drift is the
     # GPUs catching up (or failing to) and is reported, not applied.
-    return 0 if all(p.in_sync for p in plans) else EXIT_PENDING
+    return Exit.OK if all(p.in_sync for p in plans) else Exit.PENDING
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -136,7 +135,7 @@ def _apply(args: argparse.Namespace) -> int:
         verify_args.require_trusted(args, src.repo.git_dir, sha)
     except verify_args.UntrustedCommitError as exc:
         print(exc, file=sys.stderr)
-        return 1
+        return Exit.FAILED
     with tempfile.TemporaryDirectory(prefix="gitops-gpu-crds-") as cache:
         crds = crd_source.resolve(args.crds, args.kubeconfig, Path(cache))  # else exit 2
         result = run_preflight(path, commit=sha, crds_dir=crds)
@@ -145,13 +144,13 @@ def _apply(args: argparse.Namespace) -> int:
         for finding in errors:
             print(finding.text(), file=sys.stderr)
         print(f"refused: commit {sha[:12]} fails preflight; nothing was applied", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     args.rev = sha
     try:
         plans = _plans(args, result.compiled)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     _emit(args, [p for _e, p in plans], {})
     if args.dry_run:
         return 0
@@ -160,4 +159,4 @@ def _apply(args: argparse.Namespace) -> int:
         res = eng.apply(plan, force_conflicts=args.force_conflicts, all_batches=not args.no_wait)
         conflicts += len(res.conflicts)
         print(report.apply_text(plan.cluster, res))
-    return 1 if conflicts else 0
+    return Exit.FAILED if conflicts else Exit.OK

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import git
 
+from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, CommitStatus
@@ -84,7 +85,7 @@ def check_commit(args: argparse.Namespace) -> int | None:
         print(f"commit {sha[:12]}: {verdict.reason}", file=sys.stderr)
         return None
     _report_untrusted(args, sha, verdict)
-    return 1
+    return Exit.FAILED
 
 
 def _checked_commit(path: Path, commit: str | None) -> tuple[str, str]:
