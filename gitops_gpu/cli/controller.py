@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("controller", help="poll the fleet repo and roll out canary-first")
     p.add_argument("--repo", required=True, help="fleet repo URL or path")
     p.add_argument("--branch", default="main")
+    p.add_argument(
+        "--cluster",
+        help="the fleet cluster (spec.clusters[].name) this controller manages: its pools, its "
+        "ClusterPolicy, its part of each stage; required when the fleet lists several",
+    )
     p.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
     p.add_argument("--interval", type=duration, default=30.0, help="poll interval (30s)")
     p.add_argument(
@@ -120,10 +125,12 @@ def _run(args: argparse.Namespace) -> int:
         verifier=verifier,
         smoke_namespace=args.smoke_namespace,
         prometheus_url=args.prometheus_url,
+        cluster=args.cluster,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     metrics.watch_api_requests(client.requests)
     ctl = Controller(cfg, client, metrics=metrics)
+    ctl.check_cluster()  # an unknown --cluster refuses to start
     if args.once:
         ctl.start_informers()
         report = ctl.run_pass()

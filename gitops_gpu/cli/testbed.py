@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u = tsub.add_parser("up", help="start etcd, kube-apiserver, kube-controller-manager, kwok")
     u.add_argument("--dir", required=True, type=Path)
     u.add_argument("--fleet", type=Path, help="fleet repo whose pools get fake GPU nodes")
+    u.add_argument(
+        "--cluster",
+        help="with --fleet: nodes only for the pools of this fleet cluster (one testbed per "
+        "cluster of a multi-cluster fleet)",
+    )
     u.add_argument("--nodes-per-pool", type=int, default=2)
     u.add_argument("--crds", type=Path, help="GPU Operator CRDs (default ../shared/upstream/...)")
     u.add_argument(
@@ -113,6 +118,7 @@ def _up(args: argparse.Namespace) -> int:
             nodes_per_pool=args.nodes_per_pool,
             crds_dir=args.crds,
             operator_mode=args.operator,
+            cluster=args.cluster,
         )
     except GitopsGpuError as exc:
         print(f"error: {exc}", file=sys.stderr)

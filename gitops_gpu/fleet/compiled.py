@@ -52,6 +52,9 @@ class StageSpec:
     pools: tuple[str, ...]
     gate: GateSpec = field(default_factory=GateSpec)
     on_failure: str = "hold"  # hold | rollback
+    # Set only on a stage's part in one cluster when its pools span clusters (rollout/span.py):
+    # ``pools`` then holds that cluster's pools, recorded under gitops-gpu/stage/<name>/<cluster>.
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)

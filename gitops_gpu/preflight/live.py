@@ -7,7 +7,11 @@ cluster, from the kubeconfig context that fleet.yaml names for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from gitops_gpu import names
 from gitops_gpu.errors import KubeError
@@ -43,6 +47,41 @@ def kube_factory(kubeconfig: str) -> ClientFactory:
         return kube.Client.from_kubeconfig(kubeconfig, context=context)
 
     return make
+
+
+def missing_contexts(repo: FleetRepo, kubeconfig: str) -> list[Finding]:
+    """GG004 for every spec.clusters[].context the kubeconfig does not define (file:line of the
+    context in fleet.yaml): a typo must not read or dry-run against the current context."""
+    try:
+        text = Path(kubeconfig).read_text()
+        doc: Any = YAML(typ="safe").load(text) or {}
+    except (OSError, YAMLError) as exc:
+        return [
+            Finding.make(
+                "GG004",
+                f"cannot read kubeconfig {kubeconfig}: {exc}",
+                fix="pass a readable kubeconfig with --kubeconfig",
+            )
+        ]
+    known = {str(c.get("name")) for c in doc.get("contexts") or [] if isinstance(c, dict)}
+    out = []
+    for i, ref in enumerate(repo.fleet.cluster_refs()):
+        if ref.context is None or ref.context in known:
+            continue
+        line, _col = repo.fleet_doc.where(("spec", "clusters", i, "context"))
+        out.append(
+            Finding.make(
+                "GG004",
+                f"cluster '{ref.name}' uses kubeconfig context '{ref.context}', which "
+                f"{kubeconfig} does not define (it has: {', '.join(sorted(known)) or 'none'})",
+                file=repo.fleet_doc.file,
+                line=line,
+                field=f"spec.clusters[{i}].context",
+                cluster=ref.name,
+                fix="fix the context name in fleet.yaml or add the context to the kubeconfig",
+            )
+        )
+    return out
 
 
 def read_nodes(

@@ -62,3 +62,7 @@ class RolloutInput:
     # Keyed by (stage, commit): the gate's smoke tests and metric analysis (rollout/checks.py).
     smoke: Mapping[tuple[str, str], SmokeResult] = field(default_factory=dict)
     analysis: Mapping[tuple[str, str], AnalysisResult] = field(default_factory=dict)
+    # `controller --cluster`: the cluster this controller manages, and every pool's cluster.
+    # It runs only its cluster's part of each stage (rollout/span.py); None: the whole fleet.
+    cluster: str | None = None
+    pool_clusters: Mapping[str, str] = field(default_factory=dict)

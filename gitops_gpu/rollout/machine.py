@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gitops_gpu.fleet.compiled import StageSpec
+from gitops_gpu.rollout import span
 from gitops_gpu.rollout.actions import (
     Action,
     AdoptCommit,
@@ -92,7 +93,17 @@ def _step(inp: RolloutInput, record: Record) -> list[Action]:
         if previous is not None:
             gate_context = stage_context(previous.name)
             eligible = [sha for sha in eligible if record.state(sha, gate_context) == SUCCESS]
-        actions.extend(_stage_step(stage, previous, eligible, inp, record))
+        if inp.cluster is None:
+            actions.extend(_stage_step(stage, previous, eligible, inp, record))
+        else:
+            # One controller per cluster: run this cluster's part, derive the stage verdict.
+            part = span.local_part(stage, inp.cluster, inp.pool_clusters)
+            if part is not None:
+                actions.extend(_stage_step(part, previous, eligible, inp, record))
+            clusters = span.stage_clusters(stage, inp.pool_clusters)
+            if len(clusters) > 1:
+                shas = [c.sha for c in inp.commits]
+                actions.extend(span.derive(stage, clusters, shas, record, inp.now))
         previous = stage
     return actions
 
@@ -124,7 +135,7 @@ def _stage_step(
     inp: RolloutInput,
     record: Record,
 ) -> list[Action]:
-    name, context = stage.name, stage_context(stage.name)
+    name, context = stage.name, span.part_context(stage)
     if not eligible:
         waiting_for = f"{previous.name} to pass" if previous else "preflight to pass"
         return [Wait(f"{name}: no commit to adopt yet (waiting for {waiting_for} one)")]
@@ -139,6 +150,8 @@ def _stage_step(
     state = record.state(target, context)
     if state == FAILURE:
         return superseded + _after_failure(stage, target, inp, record)
+    if stage.cluster is not None and record.state(target, stage_context(name)) == FAILURE:
+        return superseded + _failed_elsewhere(stage, target, record)
     view = observe(stage, inp.pools, target)
     approved = (
         not stage.gate.approval_required or state == SUCCESS or (target, name) in inp.approvals
@@ -161,7 +174,7 @@ def _await_rollout_approval(
     stage: StageSpec, target: str, inp: RolloutInput, record: Record
 ) -> list[Action]:
     """Pending "awaiting approval to roll out", written once; the stage keeps what it runs."""
-    name, context = stage.name, stage_context(stage.name)
+    name, context = stage.name, span.part_context(stage)
     latest = record.latest(target, context)
     mark = read_mark(latest) if latest is not None else None
     out: list[Action] = []
@@ -179,7 +192,7 @@ def _await_rollout_approval(
 def _gate(
     stage: StageSpec, target: str, view: StageView, inp: RolloutInput, record: Record
 ) -> list[Action]:
-    name, context, gate, now = stage.name, stage_context(stage.name), stage.gate, inp.now
+    name, context, gate, now = stage.name, span.part_context(stage), stage.gate, inp.now
     latest = record.latest(target, context)
     mark = read_mark(latest) if latest is not None else None
     if mark is not None and mark.phase is Phase.AWAITING_ROLLOUT_APPROVAL:
@@ -272,7 +285,7 @@ def _smoke_gate(
     phase: Phase | None,
 ) -> list[Action] | None:
     """gate.smokeTest once converged: None when it passed (now or on an earlier pass)."""
-    name, context = stage.name, stage_context(stage.name)
+    name, context = stage.name, span.part_context(stage)
     done = (Phase.SOAKING, Phase.AWAITING_APPROVAL)
     if any(
         m is not None and m.phase in done for m in map(read_mark, record.history(target, context))
@@ -323,7 +336,7 @@ def _analysis_gate(
         return None  # no data during the soak: the soak goes on, its end waits for data
     if gate.on_no_data == "fail":
         return _fail(stage, target, f"{name}: metric {result.detail}", inp, record)
-    adopted, _ = _adoption(record.history(target, stage_context(name)), inp.now)
+    adopted, _ = _adoption(record.history(target, span.part_context(stage)), inp.now)
     timeout = gate.timeout_seconds
     if timeout is not None and inp.now - adopted >= timeout:
         text = f"{name}: no metric data after {format_duration(timeout)}: {result.detail}"
@@ -364,6 +377,8 @@ def _capped(actions: list[Action], record: Record) -> list[Action]:
 
 
 def _last_good(stage: StageSpec, inp: RolloutInput, record: Record) -> str | None:
+    # The stage's own verdict, also for a part in one cluster: a commit that passed here but
+    # failed in another cluster is no good to go back to.
     context = stage_context(stage.name)
     for commit in inp.commits:
         if record.state(commit.sha, context) == SUCCESS and _passed_preflight(commit, record):
@@ -374,12 +389,25 @@ def _last_good(stage: StageSpec, inp: RolloutInput, record: Record) -> str | Non
 def _fail(
     stage: StageSpec, target: str, text: str, inp: RolloutInput, record: Record
 ) -> list[Action]:
-    context = stage_context(stage.name)
+    context = span.part_context(stage)
     good = _last_good(stage, inp, record) if stage.on_failure == "rollback" else None
     suffix = f"; rolling back to {short(good)}" if good is not None else ""
     # Cut a long cause, never the verdict's end.
     text = fit_description(text, MAX_DESCRIPTION - len(suffix)) + suffix
     return [SetStatus(target, context, FAILURE, text), *_after_failure(stage, target, inp, record)]
+
+
+def _failed_elsewhere(stage: StageSpec, target: str, record: Record) -> list[Action]:
+    """The stage failed in another cluster: this part stops (its record closed with ``error``)
+    and its pools keep what they run; onFailure acts in the cluster that failed."""
+    name, out = stage.name, list[Action]()
+    if record.state(target, span.part_context(stage)) not in (SUCCESS, ERROR):
+        verdict = record.latest(target, stage_context(name))
+        cause = verdict.description.removeprefix(f"{name}: ") if verdict else "failed"
+        text = fit_description(f"{name}: stopped, {cause}")
+        out.append(SetStatus(target, span.part_context(stage), ERROR, text))
+    out.append(Wait(f"{name}: {short(target)} failed in another cluster; holding"))
+    return out
 
 
 def _after_failure(

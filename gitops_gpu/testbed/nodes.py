@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import kube
 from gitops_gpu.errors import TestbedError
+from gitops_gpu.fleet.models import DEFAULT_CLUSTER
 from gitops_gpu.sync.live import node_ready
 from gitops_gpu.testbed.gpus import DEFAULT_PRODUCT, NFD_LABELS, PRODUCTS, gfd_labels
 
@@ -25,13 +26,19 @@ class PoolShape:
     product: str
 
 
-def read_pool_shapes(fleet: Path) -> list[PoolShape]:
-    """Read `nodepools/<pool>/pool.yaml` (selector and declared GPU product) of a fleet repo."""
+def read_pool_shapes(fleet: Path, cluster: str | None = None) -> list[PoolShape]:
+    """Read `nodepools/<pool>/pool.yaml` (selector and declared GPU product) of a fleet repo;
+    with ``cluster``, only the pools of that cluster (a testbed standing for one cluster)."""
     yaml = YAML(typ="safe")
     shapes = []
+    seen: set[str] = set()
     for pool_file in sorted((fleet / "nodepools").glob("*/pool.yaml")):
         doc: Any = yaml.load(pool_file.read_text())
         spec = (doc or {}).get("spec") or {}
+        pool_cluster = str(spec.get("cluster") or DEFAULT_CLUSTER)
+        seen.add(pool_cluster)
+        if cluster is not None and pool_cluster != cluster:
+            continue
         selector = spec.get("nodeSelector") or {}
         if not selector:
             raise TestbedError(
@@ -40,6 +47,12 @@ def read_pool_shapes(fleet: Path) -> list[PoolShape]:
             )
         product = ((spec.get("gpu") or {}).get("product")) or DEFAULT_PRODUCT
         shapes.append(PoolShape(pool_file.parent.name, dict(selector), product))
+    if cluster is not None and not shapes:
+        raise TestbedError(
+            f"{fleet}: no pool names cluster '{cluster}' (pools name: {', '.join(sorted(seen))})",
+            fix="pass --cluster with a cluster that holds pools (nodepools/*/pool.yaml "
+            "spec.cluster)",
+        )
     return shapes
 
 

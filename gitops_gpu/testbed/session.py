@@ -35,6 +35,7 @@ def start(
     die_with_parent: bool = False,
     progress: build.Progress = build._stderr,
     operator_mode: str = "sim",
+    cluster: str | None = None,
 ) -> Testbed:
     bins = build.ensure_binaries(progress)
     op = operator_build.ensure_operator(progress) if operator_mode == "real" else None
@@ -53,7 +54,8 @@ def start(
             )
         names: list[str] = []
         if fleet is not None:
-            names = nodes.create_pool_nodes(client, nodes.read_pool_shapes(fleet), nodes_per_pool)
+            shapes = nodes.read_pool_shapes(fleet, cluster)
+            names = nodes.create_pool_nodes(client, shapes, nodes_per_pool)
             nodes.wait_ready(client, names)
             progress(f"{len(names)} fake GPU nodes Ready")
     except BaseException:

@@ -92,5 +92,5 @@ def test_a_multi_cluster_fleet_is_refused_not_applied_to_one_cluster(env: Env) -
     rc = env.controller()
     rc.kill()
     report = rc.ctl.run_pass()
-    assert report.result == "error" and "manages one cluster" in report.error
+    assert report.result == "error" and "--cluster NAME" in report.error
     assert env.tb.client.list(*names.NVIDIA_DRIVER_API)["items"] == []
