@@ -20,6 +20,7 @@ from gitops_gpu import events, kube, names
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import FleetError, GitopsGpuError, KubeError, SourceError
+from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.leader import LeaseLock
@@ -71,6 +72,9 @@ class Config:
     # gate.smokeTest Jobs run here (default: ``namespace``); gate.metrics query this Prometheus.
     smoke_namespace: str | None = None
     prometheus_url: str | None = None
+    # --cluster: the one cluster of a multi-cluster fleet this controller manages (its pools,
+    # its ClusterPolicy, its part of each stage; rollout/span.py). None: a one-cluster fleet.
+    cluster: str | None = None
 
 
 @dataclass
@@ -83,12 +87,33 @@ class PassReport:
     error: str = ""
 
 
+def _pool_clusters(compiled: CompiledFleet | None) -> dict[str, str]:
+    clusters = compiled.clusters.values() if compiled is not None else ()
+    return {pool: c.name for c in clusters for pool in c.pools}
+
+
 def _first_line(text: str) -> str:
     return (text.splitlines() or [""])[0][:120]
 
 
 def _where(finding: Finding) -> str:
     return f"{finding.file}:{finding.line}: " if finding.file and finding.line else ""
+
+
+def cluster_error(listed: Sequence[str], chosen: str | None) -> GitopsGpuError | None:
+    """Why a controller for ``chosen`` cannot manage a fleet listing ``listed``, if it cannot."""
+    if chosen is None and len(listed) > 1:
+        return GitopsGpuError(
+            f"the fleet lists clusters {', '.join(sorted(listed))}: one controller runs per "
+            "cluster and must be told which",
+            fix="start each cluster's controller with --cluster NAME (docs/multi-cluster.md)",
+        )
+    if chosen is not None and chosen not in listed:
+        return GitopsGpuError(
+            f"--cluster {chosen}: the fleet lists only {', '.join(sorted(listed))}",
+            fix="pass one of those names, or add the cluster to spec.clusters in fleet.yaml",
+        )
+    return None
 
 
 class NotLeaderError(GitopsGpuError):
@@ -151,6 +176,22 @@ class Controller:
     def stop_informers(self) -> None:
         for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
             inf.stop()
+
+    def check_cluster(self) -> None:
+        """At start: refuse a --cluster the fleet does not list (or a multi-cluster fleet without
+        one). A head that cannot be fetched or loaded is left to the passes to report."""
+        try:
+            self.source.poll()
+            head = self.source.local_head()
+            if head is None:
+                return
+            refs = loader.load_repo(self.source.checkout(head)).fleet.cluster_refs()
+        except (GitopsGpuError, OSError) as exc:
+            log.warning("could not read the fleet's clusters at start: %s", _first_line(str(exc)))
+            return
+        problem = cluster_error([c.name for c in refs], self.cfg.cluster)
+        if problem is not None:
+            raise problem
 
     def trigger(self) -> None:
         """A webhook or a person asked for a pass now."""
@@ -321,14 +362,11 @@ class Controller:
             (v.compiled for v in verdicts.values() if v is not None and v.compiled is not None),
             None,
         )
-        if newest is not None and len(newest.clusters) > 1:
+        if newest is not None:
             # One client, one cluster: applying another cluster's objects here would be wrong.
-            raise GitopsGpuError(
-                f"the fleet lists clusters {', '.join(sorted(newest.clusters))}; the controller "
-                "manages one cluster",
-                fix="keep one cluster per fleet repo for the controller, or roll out with "
-                "`gitops-gpu apply --stage S` per cluster context",
-            )
+            problem = cluster_error(list(newest.clusters), self.cfg.cluster)
+            if problem is not None:
+                raise problem
         statuses = read_record(self.backend, [c.sha for c in commits])
         if paused:
             report.result = "paused"
@@ -356,6 +394,8 @@ class Controller:
             paused=paused,
             smoke=smoke,
             analysis=self._analysis(stages, pools, statuses),
+            cluster=self.cfg.cluster,
+            pool_clusters=_pool_clusters(newest) if self.cfg.cluster else {},
         )
         actions = machine.step(inp)
         report.actions = list(actions)
@@ -442,7 +482,7 @@ class Controller:
                     action.commit[:12],
                     action.description,
                 )
-            if action.context.startswith("gitops-gpu/stage/"):
+            if action.context.count("/") == 2 and action.context.startswith("gitops-gpu/stage/"):
                 self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
         elif isinstance(action, RunSmokeTest):
             stage = next(s for s in stages if s.name == action.stage)
@@ -464,6 +504,8 @@ class Controller:
         written = 0
         live_pools = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
         for cluster in compiled.clusters.values():
+            if self.cfg.cluster is not None and cluster.name != self.cfg.cluster:
+                continue  # another cluster's controller applies there
             refused = prune.refusal(cluster, live_pools, compiled.allow_mass_pool_removal)
             if refused is not None:
                 raise GitopsGpuError(

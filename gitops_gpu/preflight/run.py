@@ -105,6 +105,10 @@ def run_preflight(
     findings += promql.metric_queries(repo)
 
     factory = client_factory or (live.kube_factory(kubeconfig) if kubeconfig else None)
+    contexts = live.missing_contexts(repo, kubeconfig) if kubeconfig else []
+    findings += contexts
+    if contexts:
+        factory = None  # never read or dry-run a cluster through the wrong context
     clients = {c.name: factory(c.context) for c in compiled.clusters.values()} if factory else {}
     nodes: Nodes = (
         live_nodes
