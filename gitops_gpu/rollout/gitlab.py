@@ -18,25 +18,13 @@ status"). A finished job is replaced by a new one on the next write. So:
 
 from __future__ import annotations
 
-import logging
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
 
-from gitops_gpu.rollout.httpclient import MAX_PAGES, HttpClient, Retry, check_sha, parse_time
-from gitops_gpu.rollout.status import (
-    ERROR,
-    FAILURE,
-    PENDING,
-    SUCCESS,
-    CommitStatus,
-    StatusBackend,
-    fit_description,
-    should_write,
-)
-
-log = logging.getLogger(__name__)
+from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Item, Query
+from gitops_gpu.rollout.httpclient import Response, Retry
+from gitops_gpu.rollout.status import ERROR, FAILURE, PENDING, SUCCESS, CommitStatus
 
 _TO_GITLAB = {SUCCESS: "success", FAILURE: "failed", ERROR: "canceled"}
 _FROM_GITLAB = {
@@ -54,9 +42,56 @@ _FROM_GITLAB = {
 }
 
 
-class GitLabBackend(StatusBackend):
+class GitLab(Dialect):
     name = "gitlab"
+    state_key = "status"
+    context_key = "name"
 
+    def __init__(self, repo_path: str, per_page: int, ref: str | None) -> None:
+        super().__init__(repo_path, per_page)
+        self.ref = ref
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"PRIVATE-TOKEN": token, "Accept": "application/json"}
+
+    def list_path(self, sha: str) -> str:
+        return f"{self.repo_path}/repository/commits/{sha}/statuses"
+
+    def first_query(self) -> Query:
+        query: Query = {"all": "true", "per_page": self.per_page, "page": "1"}
+        if self.ref:
+            query["ref"] = self.ref
+        return query
+
+    def next_page(
+        self, reply: Response, url: str, query: Query | None, seen: int
+    ) -> tuple[str, Query | None] | None:
+        page = reply.headers.get("x-next-page", "").strip()
+        if not page or not reply.data:
+            return None
+        return url, {**(query or {}), "page": page}
+
+    def from_forge(self, state: str) -> str:
+        return _FROM_GITLAB.get(state, ERROR)
+
+    def state_for(self, status: CommitStatus, latest: Item | None) -> str | None:
+        if status.state != PENDING or latest is None:
+            return _TO_GITLAB.get(status.state, "pending")
+        current = str(latest.get("status"))
+        if current == "running":
+            return None  # GitLab cannot change a running job's description
+        if _FROM_GITLAB.get(current) == PENDING:
+            return "running"  # the one allowed in-progress transition
+        return "pending"  # the job finished: GitLab starts a new one, which begins as pending
+
+    def body(self, status: CommitStatus, state: str) -> dict[str, str]:
+        body = super().body(status, state)
+        if self.ref:
+            body["ref"] = self.ref
+        return body
+
+
+class GitLabBackend(ForgeBackend):
     def __init__(
         self,
         server_url: str,
@@ -69,85 +104,7 @@ class GitLabBackend(StatusBackend):
         per_page: int = 100,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._client = HttpClient(
-            "gitlab",
-            server_url.rstrip("/") + "/api/v4",
-            {"PRIVATE-TOKEN": token, "Accept": "application/json"},
-            secret=token,
-            token_source=token_source,
-            retry=retry,
-            sleep=sleep,
-        )
         # A numeric id or a namespaced path ("group/sub/project"), which must be URL-encoded.
-        self._project_path = f"/projects/{urllib.parse.quote(project, safe='')}"
-        self._ref = ref
-        self._per_page = per_page
-
-    def list_statuses(self, sha: str) -> list[CommitStatus]:
-        return [_status(sha, item) for item in self._jobs(sha)]
-
-    def set_status(self, status: CommitStatus) -> bool:
-        jobs = [j for j in self._jobs(status.sha) if j.get("name") == status.context]
-        latest_job = jobs[-1] if jobs else None
-        latest = _status(status.sha, latest_job) if latest_job else None
-        if not should_write(latest, status):
-            return False
-        state = _TO_GITLAB.get(status.state, "pending")
-        if status.state == PENDING and latest_job is not None:
-            current = str(latest_job.get("status"))
-            if current == "running":
-                log.info(
-                    "gitlab cannot change a running status' description; skipped %s on %s",
-                    status.context,
-                    status.sha[:7],
-                )
-                return False
-            if _FROM_GITLAB.get(current) == PENDING:
-                state = "running"  # the one allowed in-progress transition
-            # else the job finished: GitLab starts a new one, which begins as "pending"
-        self._post(status, state)
-        return True
-
-    def _write(self, status: CommitStatus) -> None:
-        self._post(status, _TO_GITLAB.get(status.state, "pending"))
-
-    def _post(self, status: CommitStatus, state: str) -> None:
-        body: dict[str, str] = {
-            "state": state,
-            "name": status.context,
-            "description": fit_description(status.description),
-        }
-        if status.target_url:
-            body["target_url"] = status.target_url
-        if self._ref:
-            body["ref"] = self._ref
-        path = f"{self._project_path}/statuses/{check_sha(status.sha)}"
-        self._client.request("POST", path, body=body)
-
-    def _jobs(self, sha: str) -> list[dict[str, Any]]:
-        """Every status job of the commit, oldest first (by id), without duplicates."""
-        path = f"{self._project_path}/repository/commits/{check_sha(sha)}/statuses"
-        seen: dict[int, dict[str, Any]] = {}
-        page = "1"
-        for _ in range(MAX_PAGES):
-            query: dict[str, str | int] = {"all": "true", "per_page": self._per_page, "page": page}
-            if self._ref:
-                query["ref"] = self._ref
-            reply = self._client.request("GET", path, query=query)
-            for item in reply.data or ():
-                seen.setdefault(int(item["id"]), item)
-            page = reply.headers.get("x-next-page", "").strip()
-            if not page or not reply.data:
-                break
-        return [seen[i] for i in sorted(seen)]
-
-
-def _status(sha: str, item: dict[str, Any]) -> CommitStatus:
-    return CommitStatus(
-        sha=sha,
-        context=str(item.get("name") or "default"),
-        state=_FROM_GITLAB.get(str(item.get("status")), ERROR),
-        description=str(item.get("description") or ""),
-        target_url=str(item.get("target_url") or ""),
-        created_at=parse_time(item.get("created_at")),
-    )
+        dialect = GitLab(f"/projects/{urllib.parse.quote(project, safe='')}", per_page, ref)
+        api = server_url.rstrip("/") + "/api/v4"
+        super().__init__(dialect, api, token, token_source=token_source, retry=retry, sleep=sleep)

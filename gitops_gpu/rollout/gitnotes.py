@@ -81,7 +81,7 @@ class GitNotesBackend(StatusBackend):
             return self._read(sha)
 
     # --- writing ------------------------------------------------------------------------------
-    def set_status(self, status: CommitStatus) -> bool:
+    def _write(self, status: CommitStatus) -> bool:
         with self._lock:
             # git would happily attach a note to an object id it does not have.
             known = self._git("cat-file", "-e", f"{status.sha}^{{commit}}")
@@ -89,7 +89,7 @@ class GitNotesBackend(StatusBackend):
                 raise self._object_error(status.sha, known.stderr or "no such commit")
             problem = ""
             for attempt in range(1, self._attempts + 1):
-                entries = self._read(status.sha)
+                entries = self._read(status.sha)  # re-read: a writer may have pushed since
                 if not should_write(latest_of(entries, status.context), status):
                     return False
                 self._store(status.sha, [*entries, status])
@@ -114,9 +114,6 @@ class GitNotesBackend(StatusBackend):
                 fix=f"check that the controller may push to {self.remote} "
                 f"(git push {self.remote} {NOTES_REF}); the status is retried next pass",
             )
-
-    def _write(self, status: CommitStatus) -> None:
-        self.set_status(status)
 
     # --- git ----------------------------------------------------------------------------------
     def _git(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -123,15 +123,17 @@ class StatusBackend(abc.ABC):
         return latest_of(self.list_statuses(sha), context)
 
     def set_status(self, status: CommitStatus) -> bool:
-        """Write unless identical to the latest or pending over a verdict; True when written."""
+        """Write unless identical to the latest or pending over a verdict; True when written.
+        Every backend writes through here: they differ only in ``_write``."""
         if not should_write(self.latest(status.sha, status.context), status):
             return False
-        self._write(status)
-        return True
+        return self._write(status)
 
     @abc.abstractmethod
-    def _write(self, status: CommitStatus) -> None:
-        """Append one status to the record (no checks: ``set_status`` made them)."""
+    def _write(self, status: CommitStatus) -> bool:
+        """Append one status to the record (``set_status`` checked it against the latest); False
+        when it was not written after all (a concurrent writer's record made it redundant, or
+        the backend cannot represent it)."""
 
 
 def read_record(backend: StatusBackend, shas: Sequence[str]) -> list[CommitStatus]:
@@ -160,6 +162,7 @@ class MemoryBackend(StatusBackend):
     def all_statuses(self) -> list[CommitStatus]:
         return [s for statuses in self._by_sha.values() for s in statuses]
 
-    def _write(self, status: CommitStatus) -> None:
+    def _write(self, status: CommitStatus) -> bool:
         self.writes += 1
         self._by_sha.setdefault(status.sha, []).append(status)
+        return True

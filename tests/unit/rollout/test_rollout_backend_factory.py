@@ -8,6 +8,7 @@ import pytest
 
 from gitops_gpu.errors import StatusBackendError
 from gitops_gpu.rollout.backends import TOKEN_ENV, load_token, make_backend
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.github import GitHubBackend
 from gitops_gpu.rollout.gitlab import GitLabBackend
@@ -43,7 +44,8 @@ def test_api_specs(spec: str, kind: type, base: str, tmp_path: Path) -> None:
 
 def test_gitlab_project_paths_are_encoded(tmp_path: Path) -> None:
     backend = make_backend("gitlab:https://gitlab.corp/infra/gpu/fleet", tmp_path, environ=ENV)
-    assert backend._project_path == "/projects/infra%2Fgpu%2Ffleet"  # type: ignore[attr-defined]
+    assert isinstance(backend, ForgeBackend)
+    assert backend.dialect.repo_path == "/projects/infra%2Fgpu%2Ffleet"
 
 
 @pytest.mark.parametrize(

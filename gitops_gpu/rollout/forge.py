@@ -1,0 +1,175 @@
+"""One commit-status backend for every forge API; a ``Dialect`` says where each forge differs.
+
+The shape is the same everywhere: GET the commit's statuses page by page (de-duplicated by the
+forge's status id, oldest first by id, since ids grow with time and pages shift while statuses
+are added), POST one status. A dialect names the paths, the auth headers, the JSON keys, the
+state maps, how pages go on, and two hooks: ``state_for`` (GitLab's job transitions) and
+``explain`` (Gitea's answers for a commit it lacks).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from gitops_gpu.rollout.httpclient import (
+    MAX_PAGES,
+    HttpClient,
+    HttpStatusError,
+    Response,
+    Retry,
+    check_sha,
+    parse_time,
+)
+from gitops_gpu.rollout.status import (
+    STATES,
+    CommitStatus,
+    StatusBackend,
+    fit_description,
+)
+
+log = logging.getLogger(__name__)
+Item = dict[str, Any]
+Query = dict[str, str | int]
+
+
+def quote(part: str) -> str:
+    return urllib.parse.quote(part, safe="")
+
+
+class Dialect(abc.ABC):
+    name: str
+    state_key = "state"  # the listing's key for the state (Gitea: "status")
+    context_key = "context"  # GitLab: "name"
+    always_target_url = False  # Gitea takes an empty target_url; others omit it
+
+    def __init__(self, repo_path: str, per_page: int) -> None:
+        self.repo_path, self.per_page = repo_path, per_page
+
+    @abc.abstractmethod
+    def headers(self, token: str) -> dict[str, str]: ...
+
+    def list_path(self, sha: str) -> str:
+        return f"{self.repo_path}/commits/{sha}/statuses"
+
+    def post_path(self, sha: str) -> str:
+        return f"{self.repo_path}/statuses/{sha}"
+
+    @abc.abstractmethod
+    def first_query(self) -> Query: ...
+
+    @abc.abstractmethod
+    def next_page(
+        self, reply: Response, url: str, query: Query | None, seen: int
+    ) -> tuple[str, Query | None] | None:
+        """Where the next page is (url or path, query), or None at the end; ``seen``: the
+        distinct statuses read so far."""
+
+    def from_forge(self, state: str) -> str:
+        """Our state for the forge's; states we do not know read as failure."""
+        return state if state in STATES else "failure"
+
+    def state_for(self, status: CommitStatus, latest: Item | None) -> str | None:
+        """The forge state to post, given the latest item of the context; None: cannot say it."""
+        return status.state
+
+    def explain(self, exc: HttpStatusError, sha: str, posting: bool) -> Exception:
+        return exc
+
+    def parse(self, sha: str, item: Item) -> CommitStatus:
+        return CommitStatus(
+            sha=sha,
+            context=str(item.get(self.context_key) or "default"),
+            state=self.from_forge(str(item.get(self.state_key) or item.get("state") or "")),
+            description=str(item.get("description") or ""),
+            target_url=str(item.get("target_url") or ""),
+            created_at=parse_time(item.get("created_at")),
+        )
+
+    def body(self, status: CommitStatus, state: str) -> dict[str, str]:
+        body = {
+            "state": state,
+            self.context_key: status.context,
+            "description": fit_description(status.description),
+        }
+        if status.target_url or self.always_target_url:
+            body["target_url"] = status.target_url
+        return body
+
+
+class ForgeBackend(StatusBackend):
+    """Commit statuses through a forge's HTTP API, spoken in ``dialect``."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        api_url: str,
+        token: str,
+        *,
+        token_source: str = "the status token",
+        retry: Retry | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.dialect = dialect
+        self.name = dialect.name
+        self._client = HttpClient(
+            dialect.name,
+            api_url,
+            dialect.headers(token),
+            secret=token,
+            token_source=token_source,
+            retry=retry,
+            sleep=sleep,
+        )
+        self._last: dict[str, list[Item]] = {}  # sha -> its items at the last read
+
+    def list_statuses(self, sha: str) -> list[CommitStatus]:
+        return [self.dialect.parse(sha, item) for item in self._items(sha)]
+
+    def _write(self, status: CommitStatus) -> bool:
+        sha = check_sha(status.sha)
+        items = self._last.get(sha)
+        if items is None:
+            items = self._items(sha)
+        latest = next(
+            (i for i in reversed(items) if self.dialect.parse(sha, i).context == status.context),
+            None,
+        )
+        state = self.dialect.state_for(status, latest)
+        if state is None:
+            log.info("%s cannot show %s on %s now; skipped", self.name, status.context, sha[:7])
+            return False
+        try:
+            self._client.request(
+                "POST", self.dialect.post_path(sha), body=self.dialect.body(status, state)
+            )
+        except HttpStatusError as exc:
+            raise self.dialect.explain(exc, sha, posting=True) from None
+        self._last.pop(sha, None)
+        return True
+
+    def _items(self, sha: str) -> list[Item]:
+        """Every status item of the commit, oldest first (by id), without duplicates."""
+        seen: dict[int, Item] = {}
+        url: str = self.dialect.list_path(check_sha(sha))
+        query: Query | None = self.dialect.first_query()
+        for _ in range(MAX_PAGES):
+            try:
+                reply = self._client.request("GET", url, query=query)
+            except HttpStatusError as exc:
+                raise self.dialect.explain(exc, sha, posting=False) from None
+            for item in reply.data or ():
+                seen.setdefault(int(item["id"]), item)
+            following = self.dialect.next_page(reply, url, query, len(seen))
+            if following is None:
+                break
+            url, query = following
+        items = [seen[i] for i in sorted(seen)]
+        if len(self._last) >= 64:
+            self._last.clear()  # a cache for the write that follows a read, not a store
+        self._last[sha] = items
+        return items
