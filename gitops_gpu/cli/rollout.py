@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.cli import status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components.health import Health
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
@@ -87,6 +88,8 @@ def _status(args: argparse.Namespace) -> int:
     if newest is None:
         print("no commit of the fleet repo passes preflight yet", file=sys.stderr)
         return Exit.FAILED
+    if len(newest.clusters) > 1:  # every cluster through its kubeconfig context
+        return status_clusters.status(ctl, newest, args.kubeconfig, args.format)
     ctl.start_informers()
     drivers = ctl.engine.reader.managed(*names.NVIDIA_DRIVER_API)
     pools, health = ctl.observer.observe(ctl.engine, drivers, newest, ctl.compiled_for)

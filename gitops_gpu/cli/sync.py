@@ -91,8 +91,14 @@ def _emit(args: argparse.Namespace, plans: list[engine.ClusterPlan], extra: dict
     if args.format == "json":
         print(json.dumps({"plans": [report.plan_json(p) for p in plans], **extra}, indent=2))
     else:
+        many = len({p.cluster for p in plans}) > 1
         for plan in plans:
-            print(report.plan_text(plan))
+            print(_tagged(report.plan_text(plan), plan.cluster, many))
+
+
+def _tagged(text: str, cluster: str, many: bool) -> str:
+    """Several clusters: each line starts with its cluster (grep-able, never mixed up)."""
+    return "\n".join(f"[{cluster}] {line}" for line in text.splitlines()) if many else text
 
 
 def _nvml_drift(
@@ -155,8 +161,9 @@ def _apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     conflicts = 0
+    many = len({p.cluster for _e, p in plans}) > 1
     for eng, plan in plans:
         res = eng.apply(plan, force_conflicts=args.force_conflicts, all_batches=not args.no_wait)
         conflicts += len(res.conflicts)
-        print(report.apply_text(plan.cluster, res))
+        print(_tagged(report.apply_text(plan.cluster, res), plan.cluster, many))
     return Exit.FAILED if conflicts else Exit.OK

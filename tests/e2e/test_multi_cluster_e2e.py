@@ -1,0 +1,311 @@
+"""Two clusters, one fleet: two real testbeds (two kube-apiservers), one fleet remote on disk,
+one `gitops-gpu controller --cluster NAME` process per cluster, coordinating only through the
+git-notes record on the remote.
+
+Cluster a holds the canary pool and infer-l40s; cluster b holds train-h100. Stage ``canary``
+lives in a; stage ``fleet`` spans a and b. The GPU Operator is the simulator on both clusters
+(GITOPS_GPU_E2E_OPERATOR is not followed here): two real operators next to two control planes
+do not fit the two cores this suite is sized for, and what is under test is the coordination.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_harness import FAST_GATE, Env, set_driver
+from ruamel.yaml import YAML
+
+from gitops_gpu import names, paths
+from gitops_gpu.cli import main
+from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.rollout.status import stage_context
+from gitops_gpu.testbed import nodes, session, simulator
+from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu.testbed.reports import SnapshotReports
+
+pytestmark = pytest.mark.e2e
+POOLS = {"canary": "a", "infer-l40s": "a", "train-h100": "b"}
+INTERVAL = "1s"
+
+
+def _dir_b() -> Path:
+    explicit = os.environ.get("GITOPS_GPU_TESTBED_DIR_B")
+    if explicit:
+        return Path(explicit)
+    first = os.environ.get("GITOPS_GPU_TESTBED_DIR") or str(paths.PROJECT_ROOT / ".testbed/pytest")
+    return Path(f"{first}-b")
+
+
+@pytest.fixture(scope="module")
+def testbed_b() -> Iterator[session.Testbed]:
+    """The second cluster: a control plane of its own, torn down after the module."""
+    directory = _dir_b()
+    try:
+        tb = session.start(directory, die_with_parent=True, progress=lambda _m: None)
+    except GitopsGpuError as exc:
+        pytest.fail(f"the second control plane could not start:\n{exc}", pytrace=False)
+    try:
+        yield tb
+    finally:
+        tb.client.close()
+        session.stop(directory)
+
+
+def two_clusters(work: Path) -> None:
+    """The example fleet as two clusters: canary in a, then a stage spanning a and b."""
+    yaml = YAML()
+    fleet: Any = yaml.load((work / "fleet.yaml").read_text())
+    # contexts: for status/plan from one kubeconfig; each controller uses its own cluster's
+    fleet["spec"]["clusters"] = [{"name": "a", "context": "a"}, {"name": "b", "context": "b"}]
+    fleet["spec"]["stages"] = [
+        {"name": "canary", "pools": ["canary"], "gate": dict(FAST_GATE), "onFailure": "rollback"},
+        {"name": "fleet", "pools": ["infer-l40s", "train-h100"], "gate": dict(FAST_GATE)},
+    ]
+    with (work / "fleet.yaml").open("w") as fh:
+        yaml.dump(fleet, fh)
+    shutil.rmtree(work / "nodepools" / "train-b200")
+    for pool, cluster in POOLS.items():
+        path = work / "nodepools" / pool / "pool.yaml"
+        doc: Any = yaml.load(path.read_text())
+        doc["spec"]["cluster"] = cluster
+        with path.open("w") as fh:
+            yaml.dump(doc, fh)
+
+
+@dataclass
+class Cluster:
+    name: str
+    tb: session.Testbed
+    sim: simulator.Simulator | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def driver_commit(self, pool: str) -> str | None:
+        drv = self.tb.client.get(*names.NVIDIA_DRIVER_API, pool)
+        return None if drv is None else drv["metadata"]["annotations"].get(names.COMMIT_ANNOTATION)
+
+    def policy_commit(self) -> str | None:
+        cp = self.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+        return None if cp is None else cp["metadata"]["annotations"].get(names.COMMIT_ANNOTATION)
+
+
+@dataclass
+class TwoClusters:
+    env: Env
+    a: Cluster
+    b: Cluster
+    tmp: Path
+    extra: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start_controller(self, c: Cluster) -> None:
+        c.log = self.tmp / f"controller-{c.name}.log"
+        argv = [
+            sys.executable, "-m", "gitops_gpu", "controller", "--cluster", c.name,
+            "--repo", self.env.remote.url, "--kubeconfig", c.tb.kubeconfig,
+            "--interval", INTERVAL, "--no-leader-election", "--operator-namespace", "gpu-operator",
+            "--metrics-addr", "127.0.0.1:0", "--cache-dir", str(self.tmp / f"cache-{c.name}"),
+        ]  # fmt: skip
+        with c.log.open("ab") as out:
+            c.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and c.proc.poll() is None:
+            if re.search(r"serving on 127\.0\.0\.1:\d+", c.log.read_text(errors="replace")):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"controller {c.name} did not start:\n{c.log.read_text()[-3000:]}")
+
+    def kill9(self, c: Cluster) -> None:
+        if c.proc is not None and c.proc.poll() is None:
+            c.proc.send_signal(signal.SIGKILL)
+            c.proc.wait(10)
+
+    def part(self, sha: str, stage: str, cluster: str) -> str | None:
+        return self.env.context_state(sha, f"{stage_context(stage)}/{cluster}")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {c.name}:\n{c.log.read_text(errors='replace')[-2500:]}"
+            for c in (self.a, self.b)
+            if c.log is not None and c.log.exists()
+        )
+
+    def wait(self, what: str, pred: Any, timeout: float = 120) -> None:
+        try:
+            self.env.wait(what, pred, timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+
+    def close(self) -> None:
+        for c in (self.a, self.b):
+            self.kill9(c)
+            if c.sim is not None:
+                c.sim.stop()
+
+
+def merged_kubeconfig(two: TwoClusters) -> str:
+    """One kubeconfig with contexts a and b, as a platform engineer's laptop has."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "current-context": "a"}
+    for c in (two.a, two.b):
+        doc = json.loads(Path(c.tb.kubeconfig).read_text())
+        for key in ("clusters", "users"):
+            (item,) = doc[key]
+            merged.setdefault(key, []).append({**item, "name": c.name})
+        ctx = {"name": c.name, "context": {"cluster": c.name, "user": c.name}}
+        merged.setdefault("contexts", []).append(ctx)
+    path = two.tmp / "kubeconfig-ab"
+    path.write_text(json.dumps(merged))
+    return str(path)
+
+
+def _clean(tb: session.Testbed) -> None:
+    for api, kind in (
+        (names.NVIDIA_DRIVER_API[0], names.NVIDIA_DRIVER_API[1]),
+        (names.CLUSTER_POLICY_API[0], names.CLUSTER_POLICY_API[1]),
+        (names.NODE_GPU_REPORT_API[0], names.NODE_GPU_REPORT_API[1]),
+        ("v1", "Node"),
+    ):
+        for item in tb.client.list(api, kind)["items"]:
+            tb.client.delete(api, kind, item["metadata"]["name"])
+
+
+@pytest.fixture
+def clusters(env: Env, testbed_b: session.Testbed, tmp_path: Path) -> Iterator[TwoClusters]:
+    _clean(testbed_b)
+    two = TwoClusters(env, Cluster("a", env.tb, env.sim), Cluster("b", testbed_b), tmp_path)
+    try:
+        yield two
+    finally:
+        two.close()
+        _clean(testbed_b)
+
+
+def _bootstrap(two: TwoClusters) -> str:
+    first = str(two.env.remote.commit("two clusters", two_clusters))
+    work = two.env.remote.work
+    made_a = nodes.create_pool_nodes(two.a.tb.client, nodes.read_pool_shapes(work, "a"), 1)
+    made_b = nodes.create_pool_nodes(two.b.tb.client, nodes.read_pool_shapes(work, "b"), 1)
+    nodes.wait_ready(two.a.tb.client, made_a)
+    nodes.wait_ready(two.b.tb.client, made_b)
+    assert sorted(made_a) == ["canary-000", "infer-l40s-000"] and made_b == ["train-h100-000"]
+    two.env.sim.start()
+    two.b.sim = simulator.Simulator(
+        two.b.tb.client,
+        tick=0.1,
+        report_fn=SnapshotReports(),
+        report_heartbeat=5.0,
+        plays_operator=True,
+        nudge_every=0.5,
+    )
+    two.b.sim.start()
+    two.start_controller(two.a)
+    two.start_controller(two.b)
+    two.wait(
+        "first commit passes the spanning stage", lambda: two.env.state(first, "fleet") == "success"
+    )
+    return first
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_commit_flows_canary_in_a_then_fleet_in_a_and_b(
+    clusters: TwoClusters, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two, env = clusters, clusters.env
+    first = _bootstrap(two)
+    # each controller wrote only into its own cluster, each cluster got its own ClusterPolicy
+    assert two.a.driver_commit("train-h100") is None and two.b.driver_commit("canary") is None
+    assert two.a.policy_commit() == first and two.b.policy_commit() == first
+    assert (two.part(first, "fleet", "a"), two.part(first, "fleet", "b")) == ("success",) * 2
+    assert two.part(first, "canary", "a") is None  # one-cluster stages keep their context
+
+    bump = env.remote.commit("bump driver", set_driver("580.142.01"))
+    env.wait("canary passes in a", lambda: env.state(bump, "canary") == "success", 90)
+    canary_ok = env.record.latest(bump, stage_context("canary"))
+    assert canary_ok is not None
+    two.wait("b adopts", lambda: two.b.driver_commit("train-h100") == bump, 60)
+    seen_in_b = time.time()
+    two.wait("fleet passes in a and b", lambda: env.state(bump, "fleet") == "success")
+    lag = seen_in_b - canary_ok.created_at
+    with capsys.disabled():
+        print(f"\n[measure] canary success in a -> first write in b: {lag:.1f}s "
+              f"(polling, --interval {INTERVAL})")  # fmt: skip
+    assert lag < 30, lag
+    verdicts = [s for s in env.statuses(bump) if s.context == stage_context("fleet")]
+    assert [s.state for s in verdicts] == ["pending", "success"], verdicts
+    assert verdicts[-1].description == "fleet: passed in clusters a, b"
+    node = two.b.tb.client.get("v1", "Node", "train-h100-000")
+    assert node is not None and node["metadata"]["annotations"][sim.DRIVER_ANN] == "580.142.01"
+
+    # status and plan reach both clusters through one kubeconfig's contexts
+    kubeconfig = merged_kubeconfig(two)
+    capsys.readouterr()
+    assert main(["status", "--repo", env.remote.url, "--kubeconfig", kubeconfig]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    fleet_line = next(line for line in shown if line.startswith("stage fleet"))
+    assert "clusters a,b" in fleet_line and "success" in fleet_line, shown
+    parts = [line.split() for line in shown if line.startswith("  part")]
+    assert [(p[2], p[4]) for p in parts] == [("a", "success"), ("b", "success")], shown
+    assert any("pool train-h100" in line and "cluster b" in line for line in shown), shown
+    assert main(["plan", "--repo", env.remote.url, "--kubeconfig", kubeconfig, "--no-nvml"]) == 0
+    planned = capsys.readouterr().out.splitlines()
+    assert planned and all(line.startswith(("[a] ", "[b] ")) for line in planned), planned
+    assert "[b] cluster b @ " in "\n".join(planned)
+
+    # a canary failure in a: b never sees the commit
+    two.a.tb.client.patch(
+        "v1", "Node", "canary-000", {"metadata": {"annotations": {sim.FAULT_ANN: "upgrade-failed"}}}
+    )
+    bad = env.remote.commit("bump driver (fails on canary)", set_driver("580.159.03"))
+    two.wait("canary fails in a", lambda: env.state(bad, "canary") == "failure", 90)
+    two.wait("canary rolled back", lambda: two.a.driver_commit("canary") == bump, 60)
+    time.sleep(3)  # several passes of b's controller
+    assert two.b.driver_commit("train-h100") == bump
+    assert two.b.policy_commit() == bump
+    assert env.state(bad, "fleet") is None and two.part(bad, "fleet", "b") is None
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_a_cluster_controller_killed_mid_stage_holds_the_stage(clusters: TwoClusters) -> None:
+    two, env = clusters, clusters.env
+    _bootstrap(two)
+    # b's node takes a while on the next driver: its part is still rolling out when killed
+    bump = env.remote.commit("bump driver", set_driver("580.142.01"))
+    two.wait("b's part under way", lambda: two.part(bump, "fleet", "b") == "pending", 90)
+    two.kill9(two.b)
+    two.wait("a's part passes", lambda: two.part(bump, "fleet", "a") == "success", 90)
+    time.sleep(4)
+    assert env.state(bump, "fleet") == "pending"  # never success without b
+    two.start_controller(two.b)  # resumes from the cluster and the record
+    two.wait("the stage passes once b is back", lambda: env.state(bump, "fleet") == "success")
+
+
+def test_controller_refuses_a_cluster_the_fleet_does_not_list(
+    fleet_remote: Any, tmp_path: Path
+) -> None:
+    fleet_remote.commit("two clusters", two_clusters)
+    argv = [sys.executable, "-m", "gitops_gpu", "controller", "--repo", fleet_remote.url,
+            "--kubeconfig", str(tmp_path / "none"), "--cache-dir", str(tmp_path / "c")]  # fmt: skip
+    kubeconfig = tmp_path / "none"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: x, user: {}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\n"
+        "current-context: x\n"
+    )
+    unknown = subprocess.run(
+        [*argv, "--cluster", "north"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert unknown.returncode == 2
+    assert "--cluster north: the fleet lists only a, b" in unknown.stderr
+    missing = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "--cluster NAME" in missing.stderr
