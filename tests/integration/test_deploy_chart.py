@@ -320,3 +320,13 @@ def _wait_served(testbed: Testbed, crd: str, timeout: float = 30) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"CRD {crd} not established after {timeout}s")
+
+
+def test_one_controller_per_cluster_gets_its_cluster_flag(helm_bin: Path) -> None:
+    def args(*values: str) -> list[str]:
+        docs = render(helm_bin, f"fleet.repo={REPO}", *values)
+        spec = one(docs, "Deployment", "gitops-gpu-controller")["spec"]["template"]["spec"]
+        return list(spec["containers"][0]["args"])
+
+    assert not [a for a in args() if a.startswith("--cluster")]  # a one-cluster fleet
+    assert "--cluster=prod-eu" in args("controller.cluster=prod-eu")

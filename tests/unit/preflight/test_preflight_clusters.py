@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from gitops_gpu import paths
 from gitops_gpu.controller import cluster_error
 from gitops_gpu.errors import TestbedError
 from gitops_gpu.fleet.scaffold import write_repo
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import Finding
+from gitops_gpu.rollout import span
 from gitops_gpu.testbed.nodes import read_pool_shapes
 
 CLUSTERS = [{"name": "east", "context": "ctx-east"}, {"name": "west", "context": "ctx-west"}]
@@ -84,3 +86,18 @@ def test_testbed_shapes_for_one_cluster(tmp_path: Path) -> None:
     assert [s.name for s in read_pool_shapes(root)] == ["a", "b", "c"]
     with pytest.raises(TestbedError, match="no pool names cluster 'north'"):
         read_pool_shapes(root, "north")
+
+
+def test_the_two_cluster_example_is_clean_and_spans_a_stage() -> None:
+    root = paths.PROJECT_ROOT / "fleet-repo-example-two-clusters"
+    result = run_preflight(root, commit="c", crds_dir=paths.default_crds_dir())
+    assert [f for f in result.findings if f.severity == "error"] == []
+    compiled = result.compiled
+    assert compiled is not None and sorted(compiled.clusters) == ["prod-eu", "staging"]
+    pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
+    spans = {s.name: span.stage_clusters(s, pool_clusters) for s in compiled.stages}
+    assert spans == {
+        "canary": ("staging",),
+        "fleet": ("prod-eu", "staging"),
+        "training": ("prod-eu",),
+    }
