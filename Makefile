@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup prometheus binaries check test unit demo bench clean format
+.PHONY: setup prometheus binaries check test unit demo demo-clusters bench clean format
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ demo: binaries
 	$(PY) -m gitops_gpu demo $(DEMO_ARGS)
 	$(PY) -m gitops_gpu demo --forge $(DEMO_ARGS)
 	$(PY) -m gitops_gpu demo --gates $(DEMO_ARGS)
+
+demo-clusters: binaries  # two clusters, one controller each, a stage spanning both
+	$(PY) -m gitops_gpu demo --clusters 2 $(DEMO_ARGS)
 
 bench: binaries
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

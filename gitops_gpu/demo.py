@@ -42,10 +42,10 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 class DemoRepo:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, source: Path | None = None) -> None:
         self.bare, self.work = root / "fleet.git", root / "fleet"
         _git(root, "init", "-q", "--bare", "-b", "main", str(self.bare))
-        shutil.copytree(paths.fleet_example(), self.work)
+        shutil.copytree(source or paths.fleet_example(), self.work)
         _git(self.work, "init", "-q", "-b", "main")
         _git(self.work, "config", "user.email", "platform-team@example.com")
         _git(self.work, "config", "user.name", "platform team")

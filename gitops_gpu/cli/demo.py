@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from gitops_gpu import demo, demo_forge, demo_gates, paths
+from gitops_gpu import demo, demo_clusters, demo_forge, demo_gates, paths
 from gitops_gpu.testbed import operator, session
 
 
@@ -31,6 +31,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="instead: gates that test the GPUs (in DIR-gates): a canary smoke test and an Xid "
         "metric on a real Prometheus, failing once on each",
     )
+    p.add_argument(
+        "--clusters",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: instead, fleet-repo-example-two-clusters on two control planes (in "
+        "DIR-clusters), one controller per cluster, a stage spanning both (docs/multi-cluster.md)",
+    )
     p.add_argument("--nodes-per-pool", type=int, default=2)
     p.add_argument(
         "--verify-signatures",
@@ -53,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
         return _run_forge(args)
     if args.gates:
         return _run_gates(args)
+    if args.clusters == 2:
+        workdir: Path = args.dir.with_name(args.dir.name + "-clusters")
+        demo_clusters.reset(workdir)
+        return demo_clusters.run(workdir, keep=args.keep, nodes_per_pool=1)
     if args.dir.exists():
         # A previous demo's state: stop what it left running, start clean.
         session.stop(args.dir / "testbed")
