@@ -7,6 +7,8 @@ only has its own cluster's client), and both write to the same MemoryBackend.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rollout_sim import PASS, Fleet, sha
 
 from gitops_gpu.fleet.compiled import GateSpec, StageSpec
@@ -41,10 +43,11 @@ class Clusters(Fleet):
     """The simulated fleet, driven by one controller per cluster."""
 
     down: set[str]
+    pool_clusters: ClassVar[dict[str, str]] = POOL_CLUSTERS
 
     def run_pass(self) -> list[Action]:
         out: list[Action] = []
-        for cluster in ("a", "b"):
+        for cluster in sorted(set(self.pool_clusters.values())):
             if cluster not in getattr(self, "down", set()):
                 out += self.cluster_pass(cluster)
         self.now += PASS
@@ -57,12 +60,12 @@ class Clusters(Fleet):
         inp = RolloutInput(
             commits=inp.commits,
             statuses=inp.statuses,
-            pools={p: o for p, o in inp.pools.items() if POOL_CLUSTERS[p] == cluster},
+            pools={p: o for p, o in inp.pools.items() if self.pool_clusters[p] == cluster},
             stages=inp.stages,
             now=inp.now,
             approvals=inp.approvals,
             cluster=cluster,
-            pool_clusters=POOL_CLUSTERS,
+            pool_clusters=self.pool_clusters,
         )
         actions = step(inp)
         for action in actions:
@@ -70,7 +73,7 @@ class Clusters(Fleet):
             if isinstance(action, AdoptCommit | Rollback):
                 commit = action.commit if isinstance(action, AdoptCommit) else action.to_commit
                 for name in self.stage(action.stage).pools:
-                    if POOL_CLUSTERS[name] == cluster:
+                    if self.pool_clusters[name] == cluster:
                         self.apply(name, commit)
             elif isinstance(action, SetStatus):
                 status = action.to_status(self.now)
@@ -89,11 +92,9 @@ def test_commit_flows_canary_in_a_then_fleet_in_both_clusters() -> None:
     # canary lives in one cluster: recorded as in a single-cluster fleet, no part contexts
     assert fleet.state(A, "canary") == SUCCESS
     assert fleet.part(A, "canary", "a") is None
-    assert [p.state for p in (fleet.part(A, "fleet", "a"), fleet.part(A, "fleet", "b"))] == [
-        SUCCESS,
-        SUCCESS,
-    ]
-    verdicts = [s for s in fleet.history(A, "fleet")]
+    parts = [fleet.part(A, "fleet", "a"), fleet.part(A, "fleet", "b")]
+    assert [p.state if p else None for p in parts] == [SUCCESS, SUCCESS]
+    verdicts = fleet.history(A, "fleet")
     assert [s.state for s in verdicts] == [PENDING, SUCCESS]
     assert verdicts[-1].description == "fleet: passed in clusters a, b"
     # b adopted only after the canary's success was recorded
@@ -188,7 +189,9 @@ def test_derive_is_the_same_whoever_derives_it() -> None:
     stage = StageSpec("fleet", ("train", "infer"))
     statuses = [
         CommitStatus(A, span.cluster_context("fleet", "a"), SUCCESS, "fleet: ok", created_at=1),
-        CommitStatus(A, span.cluster_context("fleet", "b"), FAILURE, "fleet: 1 node down", 2.0),
+        CommitStatus(
+            A, span.cluster_context("fleet", "b"), FAILURE, "fleet: 1 node down", created_at=2
+        ),
     ]
     one = span.derive(stage, ("a", "b"), [A], Record(statuses), now=10)
     two = span.derive(stage, ("a", "b"), [A], Record(list(reversed(statuses))), now=99)
@@ -211,3 +214,17 @@ def test_single_cluster_stage_in_a_multi_cluster_fleet_keeps_its_own_context() -
     part = span.local_part(StageSpec("fleet", ("train", "infer")), "b", POOL_CLUSTERS)
     assert part is not None and part.pools == ("infer",)
     assert span.part_context(part) == "gitops-gpu/stage/fleet/b"
+
+
+def test_three_controllers_write_each_verdict_once() -> None:
+    class Three(Clusters):
+        pool_clusters: ClassVar[dict[str, str]] = {"canary": "a", "train": "b", "infer": "c"}
+
+    fleet = Three(stage_specs=two_cluster_stages())  # fleet now spans b and c
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.state(A, "fleet") == SUCCESS)
+    writes = fleet.writes_per_context()
+    assert writes[(A, stage_context("fleet"))] == 2  # pending once, success once
+    assert writes[(A, span.cluster_context("fleet", "b"))] <= 3
+    assert writes[(A, span.cluster_context("fleet", "c"))] <= 3
+    assert fleet.part(A, "fleet", "a") is None  # a holds no pool of the stage
