@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import threading
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import Any
 from gitops_gpu import kube
 from gitops_gpu.agent import fake_nvml, loop
 from gitops_gpu.cli.exits import Exit
+from gitops_gpu.cli.options import duration
 from gitops_gpu.components import drift, evidence, ladder
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError
@@ -30,16 +30,6 @@ from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 30s, 2m, 1h)")
-    return float(match.group(1)) * _UNIT[match.group(2)]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -103,15 +103,17 @@ def test_real_pynvml_without_a_driver(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("30s", 30.0), ("2m", 120.0), ("1h", 3600.0), ("500ms", 0.5), ("7", 7.0)]
+    ("text", "seconds"),
+    [("30s", 30.0), ("2m", 120.0), ("1h", 3600.0), ("500ms", 0.5), ("7", 7.0), ("1h30m", 5400.0)],
 )
 def test_duration(text: str, seconds: float) -> None:
     assert agent_cli.duration(text) == seconds
 
 
-def test_duration_rejects_garbage() -> None:
+@pytest.mark.parametrize("text", ["soon", "nan", "-5", "inf"])
+def test_duration_rejects_garbage(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        agent_cli.duration("soon")
+        agent_cli.duration(text)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
