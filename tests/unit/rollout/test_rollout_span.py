@@ -228,3 +228,16 @@ def test_three_controllers_write_each_verdict_once() -> None:
     assert writes[(A, span.cluster_context("fleet", "b"))] <= 3
     assert writes[(A, span.cluster_context("fleet", "c"))] <= 3
     assert fleet.part(A, "fleet", "a") is None  # a holds no pool of the stage
+
+
+def test_one_approval_releases_every_cluster_part() -> None:
+    fleet = Clusters(stage_specs=two_cluster_stages(GateSpec(approval_required=True)))
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.part(A, "fleet", "b") is not None)
+    fleet.run(3)
+    assert fleet.pools["train"].commit is None and fleet.pools["infer"].commit is None
+    parts = [fleet.part(A, "fleet", c) for c in ("a", "b")]
+    assert all(p is not None and "awaiting approval to roll out" in p.description for p in parts)
+    fleet.approvals.add((A, "fleet"))  # gitops-gpu approve A --stage fleet
+    fleet.run_until(lambda: fleet.state(A, "fleet") == SUCCESS)
+    assert fleet.pools["train"].commit == A and fleet.pools["infer"].commit == A
