@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import assert_never
 
 from gitops_gpu import events, kube, names
 from gitops_gpu.analysis import Analyzer
@@ -30,7 +31,14 @@ from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
-from gitops_gpu.rollout.actions import AdoptCommit, Rollback, RunSmokeTest, SetStatus, Wait
+from gitops_gpu.rollout.actions import (
+    Action,
+    AdoptCommit,
+    Rollback,
+    RunSmokeTest,
+    SetStatus,
+    Wait,
+)
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
@@ -458,7 +466,7 @@ class Controller:
             )
 
     def _execute(
-        self, action: object, report: PassReport, stages: tuple[StageSpec, ...] = ()
+        self, action: Action, report: PassReport, stages: tuple[StageSpec, ...] = ()
     ) -> None:
         if not isinstance(action, Wait) and not self.may_write():
             # Fenced: another replica may lead by now; this pass stops writing.
@@ -466,30 +474,35 @@ class Controller:
                 "lost the Lease during the pass; stopping before the next write",
                 fix="nothing to do: the replica that leads now carries on",
             )
-        if isinstance(action, (AdoptCommit, Rollback)):
-            commit = action.commit if isinstance(action, AdoptCommit) else action.to_commit
-            report.applied += self.apply_stage(
-                action.stage, commit, rollback=isinstance(action, Rollback)
+        match action:
+            case AdoptCommit(stage=stage, commit=commit):
+                report.applied += self.apply_stage(stage, commit)
+            case Rollback(stage=stage, to_commit=commit):
+                report.applied += self.apply_stage(stage, commit, rollback=True)
+            case SetStatus():
+                self._write_status(action, report)
+            case RunSmokeTest():
+                spec = next(s for s in stages if s.name == action.stage)
+                nodes = self._stage_nodes(stages).get(spec.name, [])
+                report.applied += self.smoke.run(spec, action.commit, nodes)
+            case Wait():
+                log.debug("waiting: %s", action.reason)
+            case _:
+                assert_never(action)
+
+    def _write_status(self, action: SetStatus, report: PassReport) -> None:
+        if self.backend.set_status(action.to_status(self.clock())):
+            report.statuses_written += 1
+            self.metrics.status_writes.labels(action.context, action.state).inc()
+            log.info(
+                "status %s %s on %s: %s",
+                action.context,
+                action.state,
+                action.commit[:12],
+                action.description,
             )
-        elif isinstance(action, SetStatus):
-            if self.backend.set_status(action.to_status(self.clock())):
-                report.statuses_written += 1
-                self.metrics.status_writes.labels(action.context, action.state).inc()
-                log.info(
-                    "status %s %s on %s: %s",
-                    action.context,
-                    action.state,
-                    action.commit[:12],
-                    action.description,
-                )
-            if action.context.count("/") == 2 and action.context.startswith("gitops-gpu/stage/"):
-                self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
-        elif isinstance(action, RunSmokeTest):
-            stage = next(s for s in stages if s.name == action.stage)
-            nodes = self._stage_nodes(stages).get(stage.name, [])
-            report.applied += self.smoke.run(stage, action.commit, nodes)
-        elif isinstance(action, Wait):
-            log.debug("waiting: %s", action.reason)
+        if action.context.count("/") == 2 and action.context.startswith("gitops-gpu/stage/"):
+            self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
 
     def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
         """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass."""
