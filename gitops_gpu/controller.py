@@ -261,9 +261,11 @@ class Controller:
         return verdict
 
     def forget_except(self, keep: set[str]) -> None:
-        """Bound the verdict cache to the history window."""
+        """Bound the verdict caches to the history window."""
         for sha in [s for s in self._checked if s not in keep]:
             del self._checked[sha]
+        for sha in [s for s in self._runs_in_cluster if s not in keep]:
+            del self._runs_in_cluster[sha]
 
     def _untrusted(self, sha: str) -> _Checked | None:
         """--verify-signatures, judged on every call (KEYS may have changed): a failed check for

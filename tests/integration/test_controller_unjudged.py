@@ -12,6 +12,7 @@ import pytest
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.errors import KubeError
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT
+from gitops_gpu.sync.trust import Verdict, untrusted
 from gitops_gpu.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
@@ -60,5 +61,32 @@ def test_the_verdict_cache_keeps_only_the_history_window(
         for _ in range(2):
             ctl.run_pass()
         assert set(ctl._checked) == set(shas[-3:])
+    finally:
+        ctl.stop_informers()
+
+
+class _NoneTrusted:
+    """--verify-signatures with a key that signed none of these commits (the real verifier's
+    judgement is tested in test_trust*.py; here only the cache bound matters)."""
+
+    def verify(self, _repo: object, _sha: str) -> Verdict:
+        return untrusted("unsigned", "unsigned")
+
+
+def test_the_untrusted_commit_cache_keeps_only_the_history_window(
+    clean_cluster: Testbed, fleet_remote: Any, tmp_path: Path
+) -> None:
+    cfg = Config(repo=fleet_remote.url, cache_dir=tmp_path / "ctl", history=3)
+    cfg.verifier = _NoneTrusted()  # type: ignore[assignment]
+    ctl = Controller(cfg, clean_cluster.client)
+    ctl.start_informers()
+    try:
+        first = [fleet_remote.commit(f"c{i}") for i in range(3)]
+        ctl.run_pass()
+        assert set(ctl._runs_in_cluster) == set(first)
+        later = [fleet_remote.commit(f"d{i}") for i in range(3)]
+        ctl.run_pass()
+        assert set(ctl._runs_in_cluster) == set(later)  # the first three left the window
+        assert not any(ctl._runs_in_cluster.values())  # held back, never applied
     finally:
         ctl.stop_informers()
