@@ -37,6 +37,8 @@ def start(
     operator_mode: str = "sim",
     cluster: str | None = None,
 ) -> Testbed:
+    # A fleet or --cluster that names no pool fails before anything starts.
+    shapes = nodes.read_pool_shapes(fleet, cluster) if fleet is not None else []
     bins = build.ensure_binaries(progress)
     op = operator_build.ensure_operator(progress) if operator_mode == "real" else None
     state = controlplane.up(bins, directory, die_with_parent=die_with_parent, progress=progress)
@@ -54,7 +56,6 @@ def start(
             )
         names: list[str] = []
         if fleet is not None:
-            shapes = nodes.read_pool_shapes(fleet, cluster)
             names = nodes.create_pool_nodes(client, shapes, nodes_per_pool)
             nodes.wait_ready(client, names)
             progress(f"{len(names)} fake GPU nodes Ready")
