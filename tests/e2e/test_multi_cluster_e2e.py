@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -30,8 +31,9 @@ from ruamel.yaml import YAML
 from gitops_gpu import names, paths
 from gitops_gpu.cli import main
 from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import nodes, session, simulator
+from gitops_gpu.testbed import gitea, nodes, session, simulator
 from gitops_gpu.testbed import operator_sim as sim
 from gitops_gpu.testbed.reports import SnapshotReports
 
@@ -40,6 +42,7 @@ POOLS = {"canary": "a", "infer-l40s": "a", "train-h100": "b"}
 INTERVAL = "1s"
 # Shorter than the issue's minute to keep the suite's time; the logic does not depend on it
 # as long as it stays under the stage's gate.timeout (FAST_GATE: 60s).
+WEBHOOK_INTERVAL = 20  # polling far slower than a webhook
 CUT_OFF_SECONDS = float(os.environ.get("GITOPS_GPU_CUT_OFF_SECONDS", "10"))
 
 
@@ -117,21 +120,28 @@ class TwoClusters:
         """Cluster b reaches the fleet remote through this link: removing it cuts b off alone."""
         return self.tmp / "fleet-for-b.git"
 
-    def start_controller(self, c: Cluster) -> None:
+    def start_controller(
+        self, c: Cluster, *extra: str, repo: str | None = None, interval: str = INTERVAL
+    ) -> int:
+        """Start cluster c's controller process; returns the port of its /metrics, /webhook."""
         c.log = self.tmp / f"controller-{c.name}.log"
+        default = self.link_b if c.name == "b" else self.env.remote.url
         argv = [
             sys.executable, "-m", "gitops_gpu", "controller", "--cluster", c.name,
-            "--repo", str(self.link_b if c.name == "b" else self.env.remote.url),
-            "--kubeconfig", c.tb.kubeconfig,
-            "--interval", INTERVAL, "--no-leader-election", "--operator-namespace", "gpu-operator",
+            "--repo", repo or str(default), "--kubeconfig", c.tb.kubeconfig,
+            "--interval", interval, "--no-leader-election", "--operator-namespace", "gpu-operator",
             "--metrics-addr", "127.0.0.1:0", "--cache-dir", str(self.tmp / f"cache-{c.name}"),
+            *extra,
         ]  # fmt: skip
+        start = c.log.stat().st_size if c.log.exists() else 0
         with c.log.open("ab") as out:
             c.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and c.proc.poll() is None:
-            if re.search(r"serving on 127\.0\.0\.1:\d+", c.log.read_text(errors="replace")):
-                return
+            text = c.log.read_bytes()[start:].decode(errors="replace")
+            found = re.search(r"serving on 127\.0\.0\.1:(\d+)", text)
+            if found:
+                return int(found.group(1))
             time.sleep(0.1)
         raise AssertionError(f"controller {c.name} did not start:\n{c.log.read_text()[-3000:]}")
 
@@ -203,7 +213,17 @@ def clusters(env: Env, testbed_b: session.Testbed, tmp_path: Path) -> Iterator[T
 
 def _bootstrap(two: TwoClusters) -> str:
     first = str(two.env.remote.commit("two clusters", two_clusters))
-    work = two.env.remote.work
+    _start_clusters(two, two.env.remote.work)
+    two.start_controller(two.a)
+    two.start_controller(two.b)
+    two.wait(
+        "first commit passes the spanning stage", lambda: two.env.state(first, "fleet") == "success"
+    )
+    return first
+
+
+def _start_clusters(two: TwoClusters, work: Path) -> None:
+    """Fake nodes for each cluster's own pools, and the simulated hosts and operator."""
     made_a = nodes.create_pool_nodes(two.a.tb.client, nodes.read_pool_shapes(work, "a"), 1)
     made_b = nodes.create_pool_nodes(two.b.tb.client, nodes.read_pool_shapes(work, "b"), 1)
     nodes.wait_ready(two.a.tb.client, made_a)
@@ -219,12 +239,6 @@ def _bootstrap(two: TwoClusters) -> str:
         nudge_every=0.5,
     )
     two.b.sim.start()
-    two.start_controller(two.a)
-    two.start_controller(two.b)
-    two.wait(
-        "first commit passes the spanning stage", lambda: two.env.state(first, "fleet") == "success"
-    )
-    return first
 
 
 @pytest.mark.parametrize("env", ["sim"], indirect=True)
@@ -329,3 +343,79 @@ def test_controller_refuses_a_cluster_the_fleet_does_not_list(
     assert "--cluster north: the fleet lists only a, b" in unknown.stderr
     missing = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "--cluster NAME" in missing.stderr
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_a_status_webhook_wakes_the_other_cluster(
+    clusters: TwoClusters,
+    gitea_repo_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The record on a real Gitea, which sends a signed webhook for every commit status (and
+    push) to both controllers: cluster b moves as soon as a's canary passes, long before its
+    own poll (--interval 20s)."""
+    two = clusters
+    forge: gitea.Forge = gitea_repo_factory("fleet-two")
+    work = two.tmp / "forge-work"
+    shutil.copytree(paths.fleet_example(), work)
+    two_clusters(work)
+    yaml = YAML()
+    fleet: Any = yaml.load((work / "fleet.yaml").read_text())
+    for stage in fleet["spec"]["stages"]:
+        stage["gate"]["soak"] = "0s"  # no soak to wait out between the long polls
+    with (work / "fleet.yaml").open("w") as fh:
+        yaml.dump(fleet, fh)
+    forge.git(work, "init", "-q", "-b", "main")
+    forge.git(work, "config", "user.email", "platform@example.com")
+    forge.git(work, "config", "user.name", "platform")
+    forge.git(work, "add", "-A")
+    forge.git(work, "commit", "-q", "-m", "two clusters")
+    forge.push(work, "HEAD:main", force=True)
+    first = forge.git(work, "rev-parse", "HEAD")
+    monkeypatch.setenv("GITOPS_GPU_STATUS_TOKEN", forge.token)  # inherited by the processes
+    record = GiteaBackend(forge.url, forge.owner, forge.name, forge.token)
+
+    def state(sha: str, context: str) -> str | None:
+        found = record.latest(sha, context)
+        return found.state if found else None
+
+    _start_clusters(two, work)
+    secret = two.tmp / "webhook-secret"
+    secret.write_text(secrets.token_hex(16))
+    for c in (two.a, two.b):
+        port = two.start_controller(
+            c,
+            "--status-backend", forge.status_backend,
+            "--webhook-secret-file", str(secret),
+            repo=forge.clone_url, interval=f"{WEBHOOK_INTERVAL}s",
+        )  # fmt: skip
+        forge.api(
+            "POST",
+            f"/repos/{forge.repo}/hooks",
+            {
+                "type": "gitea",
+                "active": True,
+                "events": ["push", "status"],
+                "config": {
+                    "url": f"http://127.0.0.1:{port}/webhook",
+                    "content_type": "json",
+                    "secret": secret.read_text(),
+                },
+            },
+        )
+    two.wait("first commit passes", lambda: state(first, stage_context("fleet")) == "success", 180)
+
+    set_driver("580.142.01")(work)
+    forge.git(work, "commit", "-q", "-am", "bump driver")
+    forge.push(work, "HEAD:main")
+    bump = forge.git(work, "rev-parse", "HEAD")
+    two.wait("canary passes in a", lambda: state(bump, stage_context("canary")) == "success", 120)
+    canary_ok = record.latest(bump, stage_context("canary"))
+    assert canary_ok is not None
+    two.wait("b adopts", lambda: two.b.driver_commit("train-h100") == bump, WEBHOOK_INTERVAL)
+    lag = time.time() - canary_ok.created_at
+    with capsys.disabled():
+        print(f"\n[measure] canary success in a -> first write in b: {lag:.1f}s "
+              f"(Gitea status webhook, --interval {WEBHOOK_INTERVAL}s)")  # fmt: skip
+    assert lag < WEBHOOK_INTERVAL / 2, lag
