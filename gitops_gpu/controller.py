@@ -148,7 +148,8 @@ class Controller:
         self.cfg, self.client = cfg, client
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch)
+        tags = cfg.verifier is not None and cfg.verifier.mode != "head"
+        self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch, tags=tags)
         # Default record: git notes in the controller's mirror, pushed to the fleet remote.
         self.backend = backend or make_backend(
             cfg.status_backend,

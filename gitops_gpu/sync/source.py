@@ -99,7 +99,9 @@ def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
 class GitSource:
     """A fleet repo remote, mirrored into ``cache_dir``."""
 
-    def __init__(self, url: str, cache_dir: Path, branch: str = "main") -> None:
+    def __init__(
+        self, url: str, cache_dir: Path, branch: str = "main", *, tags: bool = False
+    ) -> None:
         self._env, self._secret = credentials_env(str(url))
         self.url = split_userinfo(str(url))[0]  # what is stored and shown: no credentials
         self.branch = branch
@@ -111,6 +113,10 @@ class GitSource:
         self.ls_remote_calls = 0
         self.fetch_calls = 0
         self._repo: git.Repo | None = None
+        # Tag-mode signature checks read the tags pointing at a commit; a tag is often pushed
+        # after its commit, so the poll also watches refs/tags and fetches when they change.
+        self.tags = tags
+        self._remote_tags: str | None = None  # the tag refs as of the last fetch
 
     # -- mirror ---------------------------------------------------------------------------------
     @property
@@ -141,16 +147,26 @@ class GitSource:
 
     def remote_head(self) -> str:
         """The tracked branch's head on the remote (one `ls-remote`, no fetch)."""
+        return self._ls_remote()[0]
+
+    def _ls_remote(self) -> tuple[str, str]:
+        """(branch head, the remote's tag refs as text; "" unless ``tags``): one round trip."""
         self.ls_remote_calls += 1
-        out = self._git("ls-remote", self.url, f"refs/heads/{self.branch}")
+        patterns = [f"refs/heads/{self.branch}", *(["refs/tags/*"] if self.tags else [])]
+        out = self._git("ls-remote", self.url, *patterns)
+        head, tags = None, []
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{self.branch}":
-                return sha
-        raise SourceError(
-            f"branch {self.branch!r} not found on {_redact(self.url, self._secret)}",
-            fix="create the branch or pass the right --branch",
-        )
+                head = sha
+            elif ref.startswith("refs/tags/"):
+                tags.append(line)
+        if head is None:
+            raise SourceError(
+                f"branch {self.branch!r} not found on {_redact(self.url, self._secret)}",
+                fix="create the branch or pass the right --branch",
+            )
+        return head, "\n".join(sorted(tags))
 
     def local_head(self) -> str | None:
         try:
@@ -160,22 +176,25 @@ class GitSource:
 
     def fetch(self) -> None:
         self.fetch_calls += 1
+        tags = ["+refs/tags/*:refs/tags/*"] if self.tags else []
         self._git(
             "fetch",
             "--prune",
             "--force",
             self.url,
             f"+refs/heads/{self.branch}:refs/remotes/origin/{self.branch}",
+            *tags,
         )
 
     def poll(self) -> PollResult:
         """ls-remote; fetch only when the head moved; detect rewritten history."""
         with self._lock:
-            head = self.remote_head()
+            head, tags = self._ls_remote()
             previous = self.local_head()
-            if head == previous:
+            if head == previous and tags == (self._remote_tags or ""):
                 return PollResult(head, False, False, previous)
             self.fetch()
+            self._remote_tags = tags
             rewritten = previous is not None and not self.is_ancestor(previous, head)
             if rewritten and previous is not None:
                 log.warning(

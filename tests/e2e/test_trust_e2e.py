@@ -210,3 +210,31 @@ def test_keys_broken_while_running_fail_the_pass_and_apply_nothing(
         assert env.context_state(later, PREFLIGHT_CONTEXT) is None
     finally:
         ctl.stop_informers()
+
+
+def test_a_signed_tag_pushed_after_its_commit_releases_it(
+    env: Env, signers: Signers, tmp_path: Path
+) -> None:
+    alice = signers.gpg_key("alice")
+    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"alice": alice})
+    work = env.remote.work
+    env.start_nodes()
+    cfg = Config(
+        repo=env.remote.url,
+        cache_dir=tmp_path / "ctl",
+        interval=0.3,
+        verifier=Verifier(keys, mode="tag"),
+    )
+    ctl = Controller(cfg, env.tb.client)
+    ctl.start_informers()
+    try:
+        release = signers.commit(work, "fast gates, to be tagged", None, fast_gates())
+        run_until(ctl, "the untagged commit is held back", _refused(env, release))
+        assert _description(env, release).startswith("untrusted commit: no annotated tag")
+        assert drivers(env) == {}
+        # the release flow: the branch does not move again, only the signed tag arrives
+        signers.tag(work, "v1", release, alice)
+        run_until(ctl, "the tagged commit rolls out", lambda: _all_success(env, release))
+        assert env.context_state(release, PREFLIGHT_CONTEXT) == "success"
+    finally:
+        ctl.stop_informers()

@@ -49,6 +49,25 @@ def test_poll_fetches_only_when_head_moves(remote: tuple[Path, Path], tmp_path: 
     assert [c.subject for c in src.commits()] == ["two", "one"]
 
 
+def test_a_tag_pushed_after_its_commit_is_fetched_when_tags_are_watched(
+    remote: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bare, work = remote
+    plain = GitSource(f"file://{bare}", tmp_path / "plain")
+    src = GitSource(f"file://{bare}", tmp_path / "cache", tags=True)
+    head = src.poll().head
+    plain.poll()
+    # the usual release flow: the commit is already on the branch, the tag comes later
+    git(work, "tag", "-a", "v1", "-m", "release v1")
+    git(work, "push", "-q", "origin", "v1")
+    tagged = src.poll()
+    assert tagged.changed and tagged.head == head and not tagged.rewritten
+    assert src.repo.git.rev_parse("v1^{commit}") == head
+    assert not src.poll().changed and src.fetch_calls == 2  # idle again: one ls-remote a poll
+    # without tag watching an idle branch is never fetched again, as before
+    assert not plain.poll().changed and plain.fetch_calls == 1
+
+
 def test_checkout_is_the_exact_tree_of_the_commit(
     remote: tuple[Path, Path], tmp_path: Path
 ) -> None:
