@@ -20,16 +20,13 @@ from typing import assert_never
 from gitops_gpu import events, kube, names
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
-from gitops_gpu.errors import FleetError, GitopsGpuError, KubeError, SourceError
+from gitops_gpu.errors import GitopsGpuError, SourceError
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
-from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
-from gitops_gpu.preflight import crd_source, run_preflight
-from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import machine, record
 from gitops_gpu.rollout.actions import (
     Action,
@@ -55,10 +52,10 @@ from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
+from gitops_gpu.verdicts import CommitVerdict, Verdicts, first_line
 
 log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
-CRD_REFRESH_SECONDS = 600.0
 FOLLOW_UP_SECONDS = 2.0
 
 
@@ -100,14 +97,6 @@ def _pool_clusters(compiled: CompiledFleet | None) -> dict[str, str]:
     return {pool: c.name for c in clusters for pool in c.pools}
 
 
-def _first_line(text: str) -> str:
-    return (text.splitlines() or [""])[0][:120]
-
-
-def _where(finding: Finding) -> str:
-    return f"{finding.file}:{finding.line}: " if finding.file and finding.line else ""
-
-
 def cluster_error(listed: Sequence[str], chosen: str | None) -> GitopsGpuError | None:
     """Why a controller for ``chosen`` cannot manage a fleet listing ``listed``, if it cannot."""
     if chosen is None and len(listed) > 1:
@@ -126,13 +115,6 @@ def cluster_error(listed: Sequence[str], chosen: str | None) -> GitopsGpuError |
 
 class NotLeaderError(GitopsGpuError):
     """This replica lost the Lease mid-pass; the rest of the pass is not written."""
-
-
-@dataclass
-class _Checked:
-    ok: bool
-    summary: str
-    compiled: CompiledFleet | None
 
 
 class Controller:
@@ -167,9 +149,9 @@ class Controller:
         self.recorder = events.EventRecorder(client, "default")
         self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
         self.analyzer = Analyzer(cfg.prometheus_url)
-        self._checked: dict[str, _Checked] = {}
-        self._runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
-        self._crds_fetched: float | None = None
+        self.verdicts = Verdicts(
+            cfg, client, self.source, self.engine.reader, self.metrics, self.recorder
+        )
         self._wake = threading.Event()
         # The fence (leader election's holds()); always True without leader election.
         self.may_write: Callable[[], bool] = lambda: True
@@ -196,7 +178,7 @@ class Controller:
                 return
             refs = loader.load_repo(self.source.checkout(head)).fleet.cluster_refs()
         except (GitopsGpuError, OSError) as exc:
-            log.warning("could not read the fleet's clusters at start: %s", _first_line(str(exc)))
+            log.warning("could not read the fleet's clusters at start: %s", first_line(str(exc)))
             return
         problem = cluster_error([c.name for c in refs], self.cfg.cluster)
         if problem is not None:
@@ -206,125 +188,12 @@ class Controller:
         """A webhook or a person asked for a pass now."""
         self._wake.set()
 
-    # -- preflight and compile, cached by commit -----------------------------------------------
-    def checked(self, sha: str) -> _Checked | None:
-        """The commit's preflight verdict, or None while it cannot be judged.
-
-        Anything the commit's content causes (a bad tree, a finding, and any exception at all
-        while reading, checking or compiling it) is its verdict, cached. An infrastructure
-        error (git, the apiserver, the CRDs) is not: the commit stays unjudged, nothing is
-        written about it, and the next pass tries again.
-        """
-        try:
-            untrusted = self._untrusted(sha)  # --verify-signatures: before anything else
-        except (KubeError, SourceError) as exc:  # not fetched yet; the apiserver
-            # (A KEYS that broke while running raises on: the pass fails, loudly.)
-            self.metrics.unjudged.inc()
-            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
-            return None
-        if untrusted is not None:
-            return untrusted
-        if sha in self._checked:
-            return self._checked[sha]
-        try:
-            crds = self.crds_dir()
-            path = self.source.checkout(sha)
-        except TreeError as exc:
-            verdict = _Checked(False, _first_line(f"{exc.file}: {exc.args[0]}"), None)
-            self._checked[sha] = verdict
-            return verdict
-        except (GitopsGpuError, OSError) as exc:
-            self.metrics.unjudged.inc()
-            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
-            return None
-        try:
-            result = run_preflight(path, commit=sha, crds_dir=crds)
-        except FleetError as exc:
-            verdict = _Checked(False, _first_line(str(exc)), None)
-        except (KubeError, SourceError) as exc:
-            self.metrics.unjudged.inc()
-            log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
-            return None
-        except Exception as exc:  # repo content must never stop the controller
-            log.exception("checking commit %s raised", sha[:12])
-            self.metrics.pass_exceptions.labels("preflight").inc()
-            verdict = _Checked(False, _first_line(f"{type(exc).__name__}: {exc}"), None)
-        else:
-            errors = [f for f in result.findings if f.severity == "error"]
-            summary = (
-                f"{len(errors)} errors: {_where(errors[0])}{errors[0].message}"
-                if errors
-                else f"clean ({len(result.findings)} notes)"
-            )
-            ok = not errors and result.compiled is not None
-            verdict = _Checked(ok, summary[:120], result.compiled if ok else None)
-        self._checked[sha] = verdict
-        return verdict
-
-    def forget_except(self, keep: set[str]) -> None:
-        """Bound the verdict caches to the history window."""
-        for sha in [s for s in self._checked if s not in keep]:
-            del self._checked[sha]
-        for sha in [s for s in self._runs_in_cluster if s not in keep]:
-            del self._runs_in_cluster[sha]
-
-    def _untrusted(self, sha: str) -> _Checked | None:
-        """--verify-signatures, judged on every call (KEYS may have changed): a failed check for
-        a commit no trusted key vouches for. A commit the cluster already runs is not re-judged
-        (it was trusted when applied; a removed key must not roll it back)."""
-        if self.cfg.verifier is None:
-            return None
-        verdict = self.cfg.verifier.verify(self.source.repo.git_dir, sha)
-        if verdict.trusted:
-            return None
-        if sha not in self._runs_in_cluster:
-            self._runs_in_cluster[sha] = self._runs(sha)
-            if not self._runs_in_cluster[sha]:
-                message = f"commit {sha[:12]} held back, never applied: {verdict.reason}"
-                log.warning("%s", message)
-                self.metrics.untrusted_commits.labels(verdict.kind).inc()
-                self.recorder.record(
-                    *names.CLUSTER_POLICY_API,
-                    names.CLUSTER_POLICY_NAME,
-                    "UntrustedCommit",
-                    message,
-                    warning=True,
-                )
-            else:
-                log.warning(
-                    "commit %s runs in the cluster: not re-judged (%s)", sha[:12], verdict.reason
-                )
-        if self._runs_in_cluster[sha]:
-            return None
-        return _Checked(False, f"untrusted commit: {verdict.reason}"[:120], None)
-
-    def _runs(self, sha: str) -> bool:
-        """Whether the ClusterPolicy or an NVIDIADriver carries ``sha`` (it was applied)."""
-        objs = list(self.engine.reader.managed(*names.NVIDIA_DRIVER_API).values())
-        objs.append(self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME) or {})
-        return any(
-            ((o.get("metadata") or {}).get("annotations") or {}).get(names.COMMIT_ANNOTATION) == sha
-            for o in objs
-        )
-
-    def crds_dir(self) -> Path:
-        """The CRD schemas preflight checks against: ``--crds`` if given, else the cluster's own
-        ClusterPolicy and NVIDIADriver CRDs (an operator upgrade that changed them is seen)."""
-        if self.cfg.crds_dir is not None:
-            return self.cfg.crds_dir
-        now = time.monotonic()
-        if self._crds_fetched is None or now - self._crds_fetched > CRD_REFRESH_SECONDS:
-            self._fetch_crds()
-            self._crds_fetched = now
-        return self.cfg.cache_dir / "crds"
-
-    def _fetch_crds(self) -> None:
-        if crd_source.fetch(self.client, self.cfg.cache_dir / "crds"):
-            self._checked.clear()  # verdicts were against other schemas
+    # -- preflight verdicts (verdicts.py) -------------------------------------------------------
+    def checked(self, sha: str) -> CommitVerdict | None:
+        return self.verdicts.checked(sha)
 
     def compiled_for(self, sha: str) -> CompiledFleet | None:
-        verdict = self.checked(sha)
-        return verdict.compiled if verdict is not None else None
+        return self.verdicts.compiled_for(sha)
 
     def paused(self) -> bool:
         cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
@@ -362,7 +231,7 @@ class Controller:
             log.error("fleet repo unreachable, keeping the last fetched commits: %s", exc)
         history = self.source.commits(self.cfg.history)
         report.head = history[0].sha if history else None
-        self.forget_except({c.sha for c in history})
+        self.verdicts.forget_except({c.sha for c in history})
         verdicts = {c.sha: self.checked(c.sha) for c in history}
         commits = [
             Commit(c.sha, v.ok, v.summary) if v is not None else Commit(c.sha)
@@ -517,6 +386,9 @@ class Controller:
                 fix="fix the commit; nothing was applied",
             )
         compiled = checked.compiled
+        problem = cluster_error(list(compiled.clusters), self.cfg.cluster)
+        if problem is not None:  # one client, one cluster (`rollback` of a multi-cluster fleet)
+            raise problem
         written = 0
         live_pools = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
         for cluster in compiled.clusters.values():

@@ -215,8 +215,9 @@ def test_keys_broken_while_running_fail_the_pass_and_apply_nothing(
 def test_a_signed_tag_pushed_after_its_commit_releases_it(
     env: Env, signers: Signers, tmp_path: Path
 ) -> None:
-    alice = signers.gpg_key("alice")
-    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"alice": alice})
+    # (the module shares one GNUPGHOME: a fresh name, not another test's key)
+    releaser = signers.gpg_key("releaser")
+    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"releaser": releaser})
     work = env.remote.work
     env.start_nodes()
     cfg = Config(
@@ -233,7 +234,7 @@ def test_a_signed_tag_pushed_after_its_commit_releases_it(
         assert _description(env, release).startswith("untrusted commit: no annotated tag")
         assert drivers(env) == {}
         # the release flow: the branch does not move again, only the signed tag arrives
-        signers.tag(work, "v1", release, alice)
+        signers.tag(work, "v1", release, releaser)
         run_until(ctl, "the tagged commit rolls out", lambda: _all_success(env, release))
         assert env.context_state(release, PREFLIGHT_CONTEXT) == "success"
     finally:

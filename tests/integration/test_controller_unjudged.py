@@ -28,12 +28,12 @@ def test_a_failed_crd_read_leaves_the_commit_unjudged(
     ctl = Controller(
         Config(repo=fleet_remote.url, cache_dir=tmp_path / "ctl"), clean_cluster.client
     )
-    fetch = ctl._fetch_crds
+    fetch = ctl.verdicts.fetch_crds
 
     def refused() -> None:
         raise KubeError("GET customresourcedefinitions: 503 Service Unavailable")
 
-    monkeypatch.setattr(ctl, "_fetch_crds", refused)
+    monkeypatch.setattr(ctl.verdicts, "fetch_crds", refused)
     ctl.start_informers()
     try:
         report = ctl.run_pass()
@@ -41,7 +41,7 @@ def test_a_failed_crd_read_leaves_the_commit_unjudged(
         assert ctl.checked(head) is None
         assert ctl.backend.list_statuses(head) == []  # no failure from an outage
         assert ctl.metrics.registry.get_sample_value("gitops_gpu_commits_unjudged_total") >= 1
-        monkeypatch.setattr(ctl, "_fetch_crds", fetch)
+        monkeypatch.setattr(ctl.verdicts, "fetch_crds", fetch)
         assert ctl.run_pass().result == "ok"
         states = [(s.context, s.state) for s in ctl.backend.list_statuses(head)]
         assert (PREFLIGHT_CONTEXT, "success") in states
@@ -60,7 +60,7 @@ def test_the_verdict_cache_keeps_only_the_history_window(
         shas = [fleet_remote.commit(f"c{i}") for i in range(6)]
         for _ in range(2):
             ctl.run_pass()
-        assert set(ctl._checked) == set(shas[-3:])
+        assert set(ctl.verdicts.cache) == set(shas[-3:])
     finally:
         ctl.stop_informers()
 
@@ -68,6 +68,8 @@ def test_the_verdict_cache_keeps_only_the_history_window(
 class _NoneTrusted:
     """--verify-signatures with a key that signed none of these commits (the real verifier's
     judgement is tested in test_trust*.py; here only the cache bound matters)."""
+
+    mode = "head"
 
     def verify(self, _repo: object, _sha: str) -> Verdict:
         return untrusted("unsigned", "unsigned")
@@ -83,10 +85,10 @@ def test_the_untrusted_commit_cache_keeps_only_the_history_window(
     try:
         first = [fleet_remote.commit(f"c{i}") for i in range(3)]
         ctl.run_pass()
-        assert set(ctl._runs_in_cluster) == set(first)
+        assert set(ctl.verdicts.runs_in_cluster) == set(first)
         later = [fleet_remote.commit(f"d{i}") for i in range(3)]
         ctl.run_pass()
-        assert set(ctl._runs_in_cluster) == set(later)  # the first three left the window
-        assert not any(ctl._runs_in_cluster.values())  # held back, never applied
+        assert set(ctl.verdicts.runs_in_cluster) == set(later)  # the first three left the window
+        assert not any(ctl.verdicts.runs_in_cluster.values())  # held back, never applied
     finally:
         ctl.stop_informers()
