@@ -19,7 +19,7 @@ from gitops_gpu import kube, names
 from gitops_gpu.cli import status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components.health import Health
-from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
+from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller, cluster_error
 from gitops_gpu.rollout.status import (
     FAILURE,
     SUCCESS,
@@ -58,6 +58,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(r)
     r.add_argument("--stage", required=True)
     r.add_argument("--to", help="commit to roll back to (default: the stage's last success)")
+    r.add_argument(
+        "--cluster",
+        help="a fleet of several clusters: the cluster --kubeconfig reaches (run once per "
+        "cluster; docs/multi-cluster.md)",
+    )
     r.set_defaults(func=_rollback)
 
 
@@ -70,6 +75,7 @@ def _controller(args: argparse.Namespace) -> Controller:
         cache_dir=default_cache_dir().parent / "cli",
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,
+        cluster=getattr(args, "cluster", None),
     )
     ctl = Controller(cfg, client)
     ctl.source.poll()
@@ -181,6 +187,9 @@ def _rollback(args: argparse.Namespace) -> int:
     if newest is None:
         print("no commit of the fleet repo passes preflight", file=sys.stderr)
         return Exit.FAILED
+    problem = cluster_error(list(newest.clusters), ctl.cfg.cluster)
+    if problem is not None:  # before any status is written
+        raise problem
     stage = newest.stage(args.stage)
     current = {
         (drivers.get(p) or {})

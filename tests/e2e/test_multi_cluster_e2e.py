@@ -285,6 +285,11 @@ def test_commit_flows_canary_in_a_then_fleet_in_a_and_b(
     planned = capsys.readouterr().out.splitlines()
     assert planned and all(line.startswith(("[a] ", "[b] ")) for line in planned), planned
     assert "[b] cluster b @ " in "\n".join(planned)
+    # a manual rollback acts on one cluster: without --cluster it refuses, nothing applied
+    rollback = ["rollback", "--stage", "fleet", "--repo", env.remote.url]
+    assert main([*rollback, "--kubeconfig", two.a.tb.kubeconfig]) == 2
+    assert "--cluster NAME" in capsys.readouterr().err
+    assert two.a.driver_commit("infer-l40s") == bump and env.state(bump, "fleet") == "success"
 
     # a canary failure in a: b never sees the commit
     two.a.tb.client.patch(
