@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import assert_never
 
 from gitops_gpu import events, kube, names
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError, SourceError
+from gitops_gpu.execute import Executor, cluster_error
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.leader import LeaseLock
@@ -28,14 +28,6 @@ from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.rollout import machine, record
-from gitops_gpu.rollout.actions import (
-    Action,
-    AdoptCommit,
-    Rollback,
-    RunSmokeTest,
-    SetStatus,
-    Wait,
-)
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
@@ -47,7 +39,7 @@ from gitops_gpu.rollout.status import (
     read_record,
     stage_context,
 )
-from gitops_gpu.sync import engine, prune
+from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
@@ -97,26 +89,6 @@ def _pool_clusters(compiled: CompiledFleet | None) -> dict[str, str]:
     return {pool: c.name for c in clusters for pool in c.pools}
 
 
-def cluster_error(listed: Sequence[str], chosen: str | None) -> GitopsGpuError | None:
-    """Why a controller for ``chosen`` cannot manage a fleet listing ``listed``, if it cannot."""
-    if chosen is None and len(listed) > 1:
-        return GitopsGpuError(
-            f"the fleet lists clusters {', '.join(sorted(listed))}: one controller runs per "
-            "cluster and must be told which",
-            fix="start each cluster's controller with --cluster NAME (docs/multi-cluster.md)",
-        )
-    if chosen is not None and chosen not in listed:
-        return GitopsGpuError(
-            f"--cluster {chosen}: the fleet lists only {', '.join(sorted(listed))}",
-            fix="pass one of those names, or add the cluster to spec.clusters in fleet.yaml",
-        )
-    return None
-
-
-class NotLeaderError(GitopsGpuError):
-    """This replica lost the Lease mid-pass; the rest of the pass is not written."""
-
-
 class Controller:
     def __init__(
         self,
@@ -151,6 +123,20 @@ class Controller:
         self.analyzer = Analyzer(cfg.prometheus_url)
         self.verdicts = Verdicts(
             cfg, client, self.source, self.engine.reader, self.metrics, self.recorder
+        )
+        self.executor = Executor(
+            cfg,
+            engine=self.engine,
+            backend=self.backend,
+            verdicts=self.verdicts,
+            operands=self.operands,
+            smoke=self.smoke,
+            nodes=self.nodes,
+            recorder=self.recorder,
+            metrics=self.metrics,
+            # late-bound: run() sets may_write to the Lease's fence; tests replace the clock
+            clock=lambda: self.clock(),  # noqa: PLW0108
+            may_write=lambda: self.may_write(),  # noqa: PLW0108
         )
         self._wake = threading.Event()
         # The fence (leader election's holds()); always True without leader election.
@@ -194,6 +180,9 @@ class Controller:
 
     def compiled_for(self, sha: str) -> CompiledFleet | None:
         return self.verdicts.compiled_for(sha)
+
+    def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
+        return self.executor.apply_stage(stage, commit, rollback=rollback)
 
     def paused(self) -> bool:
         cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
@@ -262,7 +251,9 @@ class Controller:
             stages = newest.stages
         smoking = any(s.gate.smoke_test is not None for s in stages)
         smoke = (
-            self.smoke.results(stages, self._stage_nodes(stages), self.clock()) if smoking else {}
+            self.smoke.results(stages, self.executor.stage_nodes(stages), self.clock())
+            if smoking
+            else {}
         )
         inp = RolloutInput(
             commits=commits,
@@ -280,20 +271,9 @@ class Controller:
         actions = machine.step(inp)
         report.actions = list(actions)
         for action in actions:
-            self._execute(action, report, stages)
+            self.executor.execute(action, report, stages)
         if smoking and not paused:
-            self._finish_smoke_tests(actions)
-
-    def _stage_nodes(self, stages: tuple[StageSpec, ...]) -> dict[str, list[str]]:
-        """Node names per stage, from the pool label (what the smoke tests select from)."""
-        pool_stage = {p: s.name for s in stages for p in s.pools}
-        out: dict[str, list[str]] = {s.name: [] for s in stages}
-        for node in self.nodes.items():
-            meta = node.get("metadata") or {}
-            stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
-            if stage is not None:
-                out[stage].append(meta["name"])
-        return out
+            self.executor.finish_smoke_tests(actions)
 
     def _analysis(
         self,
@@ -309,7 +289,7 @@ class Controller:
             commit = applied_commit(stage, pools) if stage.gate.metrics else None
             if commit is None or judged.state(commit, stage_context(stage.name)) != PENDING:
                 continue
-            nodes = nodes if nodes is not None else self._stage_nodes(stages)
+            nodes = nodes if nodes is not None else self.executor.stage_nodes(stages)
             # compareTo: baseline: the other stages' nodes still running another commit.
             behind = [
                 s
@@ -322,135 +302,6 @@ class Controller:
                 stage, nodes[stage.name], base, base_pools
             )
         return out
-
-    def _finish_smoke_tests(self, actions: Sequence[object]) -> None:
-        """Smoke Jobs the machine did not ask for this pass are done: an Event per failed node,
-        then the Jobs go (their result is in the record by now)."""
-        keep = {(a.stage, a.commit) for a in actions if isinstance(a, RunSmokeTest)}
-        for failure in self.smoke.finish(keep):
-            self.recorder.record(
-                "v1",
-                "Node",
-                failure.node,
-                "SmokeTestFailed",
-                f"stage {failure.stage} at {failure.commit[:12]}: {failure.message}"[:1000],
-                warning=True,
-            )
-
-    def _execute(
-        self, action: Action, report: PassReport, stages: tuple[StageSpec, ...] = ()
-    ) -> None:
-        if not isinstance(action, Wait) and not self.may_write():
-            # Fenced: another replica may lead by now; this pass stops writing.
-            raise NotLeaderError(
-                "lost the Lease during the pass; stopping before the next write",
-                fix="nothing to do: the replica that leads now carries on",
-            )
-        match action:
-            case AdoptCommit(stage=stage, commit=commit):
-                report.applied += self.apply_stage(stage, commit)
-            case Rollback(stage=stage, to_commit=commit):
-                report.applied += self.apply_stage(stage, commit, rollback=True)
-            case SetStatus():
-                self._write_status(action, report)
-            case RunSmokeTest():
-                spec = next(s for s in stages if s.name == action.stage)
-                nodes = self._stage_nodes(stages).get(spec.name, [])
-                report.applied += self.smoke.run(spec, action.commit, nodes)
-            case Wait():
-                log.debug("waiting: %s", action.reason)
-            case _:
-                assert_never(action)
-
-    def _write_status(self, action: SetStatus, report: PassReport) -> None:
-        if self.backend.set_status(action.to_status(self.clock())):
-            report.statuses_written += 1
-            self.metrics.status_writes.labels(action.context, action.state).inc()
-            log.info(
-                "status %s %s on %s: %s",
-                action.context,
-                action.state,
-                action.commit[:12],
-                action.description,
-            )
-        if action.context.count("/") == 2 and action.context.startswith("gitops-gpu/stage/"):
-            self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
-
-    def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
-        """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass."""
-        checked = self.checked(commit)
-        if checked is None or not checked.ok or checked.compiled is None:
-            # The state machine never asks for this; refuse loudly if it ever does.
-            raise GitopsGpuError(
-                f"refusing to apply {commit[:12]}: it failed preflight",
-                fix="fix the commit; nothing was applied",
-            )
-        compiled = checked.compiled
-        problem = cluster_error(list(compiled.clusters), self.cfg.cluster)
-        if problem is not None:  # one client, one cluster (`rollback` of a multi-cluster fleet)
-            raise problem
-        written = 0
-        live_pools = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
-        for cluster in compiled.clusters.values():
-            if self.cfg.cluster is not None and cluster.name != self.cfg.cluster:
-                continue  # another cluster's controller applies there
-            refused = prune.refusal(cluster, live_pools, compiled.allow_mass_pool_removal)
-            if refused is not None:
-                raise GitopsGpuError(
-                    f"refusing to apply {commit[:12]}: {refused}",
-                    fix="set spec.allowMassPoolRemoval: true in fleet.yaml if that is meant",
-                )
-            sel = engine.select(compiled, cluster, stage=stage)
-            if not sel.pools and not sel.cluster_scoped:
-                continue
-            plan = self.engine.plan(cluster, sel, commit)
-            self.metrics.drifted.labels(cluster.name).set(sum(o.drifted for o in plan.objects))
-            result = self.engine.apply(plan, all_batches=False, stamp_commit=True)
-            api = {k: a for a, k in (names.CLUSTER_POLICY_API, names.NVIDIA_DRIVER_API)}
-            self._flag_cluster_wide(result, cluster.name, list(cluster.pools), stage, commit)
-            for obj in result.applied:
-                verb = "RolledBack" if rollback else "Applied"
-                self.recorder.record(
-                    api.get(obj.kind, "v1"),
-                    obj.kind,
-                    obj.name,
-                    verb,
-                    f"{obj.action.value} at commit {commit[:12]} by stage {stage}",
-                )
-            for obj, managers in result.conflicts:
-                self.recorder.record(
-                    api.get(obj.kind, "v1"),
-                    obj.kind,
-                    obj.name,
-                    "Conflict",
-                    f"fields owned by {', '.join(managers)}",
-                    warning=True,
-                )
-            written += len(result.applied) + sum(len(b) for b in result.label_batches)
-            # Operand pods of this stage's nodes move to the live revision, one batch a pass.
-            written += self.operands.roll(cluster, sel.pools, self.compiled_for)
-        self.metrics.set_stage_commit(stage, commit)
-        return written
-
-    def _flag_cluster_wide(
-        self, result: engine.ApplyResult, cluster: str, pools: list[str], stage: str, commit: str
-    ) -> None:
-        """A ClusterPolicy change reaches every pool of the cluster at once, whatever their
-        stage: say so where people look (log, Event, metric) when a stage carries one."""
-        for obj in result.applied:
-            if obj.kind != names.CLUSTER_POLICY_API[1] or obj.action.value != "configured":
-                continue  # creation (first rollout) and commit-annotation moves are not changes
-            fields = ", ".join(sorted({c.path for c in obj.changes})[:5])
-            message = (
-                f"stage {stage} carries a cluster-wide change at {commit[:12]}: "
-                f"{len(obj.changes)} fields ({fields}) now apply to all pools of cluster "
-                f"{cluster} ({', '.join(sorted(pools))})"
-            )
-            log.warning("%s", message)
-            self.recorder.record(
-                *names.CLUSTER_POLICY_API, obj.name, "ClusterWideChange", message, warning=True
-            )
-            self.metrics.cluster_wide_changes.labels(stage).inc()
 
     def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
         for pool, ph in health.items():

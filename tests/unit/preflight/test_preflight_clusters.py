@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gitops_gpu import paths
-from gitops_gpu.controller import cluster_error
 from gitops_gpu.errors import TestbedError
+from gitops_gpu.execute import cluster_error
 from gitops_gpu.fleet.scaffold import write_repo
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import Finding
