@@ -19,7 +19,8 @@ from gitops_gpu import kube, names
 from gitops_gpu.cli import status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components.health import Health
-from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller, cluster_error
+from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
+from gitops_gpu.execute import cluster_error
 from gitops_gpu.rollout.status import (
     FAILURE,
     SUCCESS,
