@@ -14,7 +14,7 @@ from gitops_gpu.errors import GitopsGpuError
 
 # Command modules, in the order `--help` lists them. Missing ones are skipped so a partial
 # checkout still runs the commands it has.
-COMMAND_MODULES = ("check", "sync", "agent", "rollout", "controller", "demo", "testbed")
+COMMAND_MODULES = ("check", "sync", "nodes", "agent", "rollout", "controller", "demo", "testbed")
 # command -> the module that registers it: a run imports only its own command's module, so
 # `gitops-gpu controller` never loads the testbed or the demo (tests keep this table honest).
 COMMANDS = {
@@ -23,7 +23,7 @@ COMMANDS = {
     "plan": "sync",
     "apply": "sync",
     "agent": "agent",
-    "nodes": "agent",
+    "nodes": "nodes",
     "status": "rollout",
     "approve": "rollout",
     "pause": "rollout",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gitops_gpu.fleet.models import parse_duration
 
@@ -17,3 +18,49 @@ def duration(text: str) -> float:
         return parse_duration(text if number is None else number)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def fleet_source(p: argparse.ArgumentParser, *, rev: bool = True) -> None:
+    """The fleet repo as the read verbs and the controller read it: a commit of a branch."""
+    p.add_argument(
+        "--repo",
+        required=True,
+        help="the fleet repo: a git URL (https://, ssh://, file://) or a local repo path",
+    )
+    p.add_argument("--branch", default="main", help="the branch the fleet is read from (main)")
+    if rev:
+        p.add_argument("--rev", help="commit or ref to read (default: the branch head)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="where fetched repos are kept (default: $GITOPS_GPU_CACHE or ~/.cache/gitops-gpu)",
+    )
+
+
+def kubeconfig(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    default = "" if required else " (default: in-cluster, then ~/.kube/config)"
+    p.add_argument(
+        "--kubeconfig",
+        required=required,
+        help=f"kubeconfig; a multi-cluster fleet uses its clusters[].context entries{default}",
+    )
+
+
+def selection(p: argparse.ArgumentParser) -> None:
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--pool", help="only this pool")
+    sel.add_argument("--stage", help="only the pools of this stage")
+
+
+def output_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (text)"
+    )
+
+
+def operator_namespace(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--operator-namespace",
+        default="gpu-operator",
+        help="the GPU Operator's namespace, where its operand pods run (gpu-operator)",
+    )

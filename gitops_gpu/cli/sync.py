@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube
-from gitops_gpu.cli import verify_args
+from gitops_gpu.cli import options, verify_args
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
@@ -25,15 +25,10 @@ from gitops_gpu.sync import engine, report, source
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repo", required=True, help="fleet repo URL or path")
-    p.add_argument("--rev", help="commit or ref (default: the branch head)")
-    p.add_argument("--branch", default="main")
-    p.add_argument("--kubeconfig", required=True)
-    sel = p.add_mutually_exclusive_group()
-    sel.add_argument("--pool")
-    sel.add_argument("--stage")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--cache-dir", type=Path, help="where fetched repos are kept")
+    options.fleet_source(p)
+    options.kubeconfig(p, required=True)
+    options.selection(p)
+    options.output_format(p)
     p.add_argument(
         "--crds",
         type=Path,
@@ -65,7 +60,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.set_defaults(func=_apply)
 
 
-def _load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
+def load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
+    """The commit ``--repo``/``--rev`` name, verified if asked, compiled."""
     src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
     verify_args.require_trusted(args, src.repo.git_dir, sha)
     return sha, path, fleet_compile.compile_fleet(loader.load_repo(path), sha)
@@ -115,7 +111,7 @@ def _nvml_drift(
 
 def _plan(args: argparse.Namespace) -> int:
     try:
-        _sha, _path, compiled = _load(args)
+        _sha, _path, compiled = load(args)
         engines = _plans(args, compiled)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ import pytest
 
 from gitops_gpu.agent import fake_nvml, loop, make_agent, run_agent
 from gitops_gpu.cli import agent as agent_cli
+from gitops_gpu.cli import build_parser
 
 Reports = list[dict[str, Any]]
 
@@ -129,9 +130,13 @@ def test_cli_agent_once_with_snapshot(capsys: pytest.CaptureFixture[str]) -> Non
     assert '"gpuCount": 4' in capsys.readouterr().out
 
 
-def test_cli_nodes_arguments() -> None:
-    args = _parse(["nodes", "--kubeconfig", "k", "--repo", "r", "--format", "json"])
-    assert (args.pool, args.format, args.namespace) == (None, "json", "gpu-operator")
+def test_cli_nodes_arguments_are_the_read_verbs_own() -> None:
+    argv = ["nodes", "--kubeconfig", "k", "--repo", "https://git.example/fleet", "--stage", "s"]
+    args = build_parser("nodes").parse_args([*argv, "--format", "json"])
+    assert (args.pool, args.stage, args.format) == (None, "s", "json")
+    assert (args.operator_namespace, args.branch, args.rev) == ("gpu-operator", "main", None)
+    plan = build_parser("plan").parse_args(["plan", *argv[1:]])
+    assert (plan.repo, plan.kubeconfig) == (args.repo, args.kubeconfig)
 
 
 def test_stepped_agent_keeps_xid_history_across_passes() -> None:
