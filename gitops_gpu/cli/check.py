@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitops_gpu.cli import limits_args, verify_args
+from gitops_gpu.cli import limits_args, options, verify_args
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
@@ -57,14 +57,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="an AICR recipes/ directory (e.g. a checkout of NVIDIA/aicr): compare pools that "
         "name a recipe (pool.yaml spec.recipe) with it",
     )
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    options.output_format(c)
     c.add_argument(
         "--post-status",
         action="store_true",
         help="write the gitops-gpu/preflight commit status on the checked commit",
     )
-    c.add_argument("--status-backend", default="gitnotes", help="see `controller --help`")
-    c.add_argument("--status-token-file", type=Path)
+    options.status_record(c)
     verify_args.add_arguments(c)
     limits_args.add_arguments(c)
     c.set_defaults(func=check)

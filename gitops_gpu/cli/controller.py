@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from gitops_gpu import kube
-from gitops_gpu.cli import limits_args, verify_args
+from gitops_gpu.cli import limits_args, options, verify_args
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, LeaseLock
@@ -31,21 +31,15 @@ def duration(text: str) -> float:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("controller", help="poll the fleet repo and roll out canary-first")
-    p.add_argument("--repo", required=True, help="fleet repo URL or path")
-    p.add_argument("--branch", default="main")
+    options.fleet_source(p, rev=False)
     p.add_argument(
         "--cluster",
         help="the fleet cluster (spec.clusters[].name) this controller manages: its pools, its "
         "ClusterPolicy, its part of each stage; required when the fleet lists several",
     )
-    p.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    options.kubeconfig(p)
     p.add_argument("--interval", type=duration, default=30.0, help="poll interval (30s)")
-    p.add_argument(
-        "--status-backend",
-        default="gitnotes",
-        help="gitnotes | github:OWNER/REPO | gitea:URL | gitlab:URL",
-    )
-    p.add_argument("--status-token-file", type=Path)
+    options.status_record(p)
     p.add_argument(
         "--metrics-addr",
         default="127.0.0.1:9464",
@@ -62,13 +56,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve /webhook without a secret: anyone who reaches the port can trigger passes "
         "(labs only)",
     )
-    p.add_argument("--namespace", default="default", help="for the Lease and the pause flag")
+    options.namespace(p)
+    options.operator_namespace(p)
     p.add_argument(
-        "--operator-namespace",
-        default="gpu-operator",
-        help="where the GPU Operator's validator pods run",
+        "--no-leader-election",
+        action="store_true",
+        help="run passes without holding the Lease (one replica only: two would both write)",
     )
-    p.add_argument("--no-leader-election", action="store_true")
     p.add_argument(
         "--lease-duration",
         type=duration,
@@ -95,8 +89,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--prometheus-url",
         help="base URL of the Prometheus gate.metrics queries go to (e.g. http://127.0.0.1:9090)",
     )
-    p.add_argument("--cache-dir", type=Path, default=None)
-    p.add_argument("--crds", type=Path, help="GPU Operator CRDs for preflight conformance")
+    options.crds(p, "the cluster's own, refreshed every 10 minutes")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
     verify_args.add_arguments(p)
     limits_args.add_arguments(p)

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="2: instead, fleet-repo-example-two-clusters on two control planes (in "
         "DIR-clusters), one controller per cluster, a stage spanning both (docs/multi-cluster.md)",
     )
-    p.add_argument("--nodes-per-pool", type=int, default=2)
+    p.add_argument("--nodes-per-pool", type=int, default=2, help="fake GPU nodes per pool (2)")
     p.add_argument(
         "--verify-signatures",
         action="store_true",

@@ -64,3 +64,33 @@ def operator_namespace(p: argparse.ArgumentParser) -> None:
         default="gpu-operator",
         help="the GPU Operator's namespace, where its operand pods run (gpu-operator)",
     )
+
+
+def status_record(p: argparse.ArgumentParser) -> None:
+    """Where commit statuses (the promotion record) are read and written."""
+    p.add_argument(
+        "--status-backend",
+        default="gitnotes",
+        help="the promotion record: gitnotes (on the fleet remote) | github:OWNER/REPO | "
+        "gitea:URL/OWNER/REPO | gitlab:URL/GROUP/PROJECT (docs/status-backends.md)",
+    )
+    p.add_argument(
+        "--status-token-file",
+        type=Path,
+        help="the forge token for statuses (default: $GITOPS_GPU_STATUS_TOKEN)",
+    )
+
+
+def namespace(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--namespace",
+        default="default",
+        help="the controller's namespace: its Lease and the pause flag (ConfigMap "
+        "gitops-gpu-control) live there (default)",
+    )
+
+
+def crds(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--crds", type=Path, help=f"GPU Operator CRD directory for preflight (default: {default})"
+    )

@@ -12,11 +12,10 @@ import getpass
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from gitops_gpu import kube, names
-from gitops_gpu.cli import status_clusters
+from gitops_gpu.cli import options, status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components.health import Health
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
@@ -33,23 +32,21 @@ from gitops_gpu.sync.source import default_cache_dir
 
 def _common(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
     if repo:
-        p.add_argument("--repo", required=True, help="fleet repo URL or path")
-        p.add_argument("--branch", default="main")
-        p.add_argument("--status-backend", default="gitnotes")
-        p.add_argument("--status-token-file", type=Path)
-    p.add_argument("--kubeconfig")
-    p.add_argument("--namespace", default="default")
+        options.fleet_source(p, rev=False)
+        options.status_record(p)
+    options.kubeconfig(p)
+    options.namespace(p)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("status", help="per stage: commit, state, gate; per pool: node health")
     _common(s)
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    options.output_format(s)
     s.set_defaults(func=_status)
     a = sub.add_parser("approve", help="approve COMMIT for a stage whose gate requires it")
     _common(a)
-    a.add_argument("commit")
-    a.add_argument("--stage", required=True)
+    a.add_argument("commit", help="the commit (sha or ref) a person approves")
+    a.add_argument("--stage", required=True, help="the stage whose gate requires approval")
     a.set_defaults(func=_approve)
     for verb, value in (("pause", "true"), ("resume", "false")):
         p = sub.add_parser(verb, help=f"{verb} every rollout at the next pass (emergency brake)")
@@ -57,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(func=_pause, value=value)
     r = sub.add_parser("rollback", help="put a stage back on its last good (or a given) commit")
     _common(r)
-    r.add_argument("--stage", required=True)
+    r.add_argument("--stage", required=True, help="the stage to put back")
     r.add_argument("--to", help="commit to roll back to (default: the stage's last success)")
     r.add_argument(
         "--cluster",
@@ -73,7 +70,7 @@ def _controller(args: argparse.Namespace) -> Controller:
         repo=args.repo,
         branch=args.branch,
         namespace=args.namespace,
-        cache_dir=default_cache_dir().parent / "cli",
+        cache_dir=getattr(args, "cache_dir", None) or default_cache_dir().parent / "cli",
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,
         cluster=getattr(args, "cluster", None),

@@ -33,14 +33,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     b.set_defaults(func=_build)
     u = tsub.add_parser("up", help="start etcd, kube-apiserver, kube-controller-manager, kwok")
-    u.add_argument("--dir", required=True, type=Path)
+    u.add_argument(
+        "--dir", required=True, type=Path, help="the testbed's directory (state, logs, kubeconfig)"
+    )
     u.add_argument("--fleet", type=Path, help="fleet repo whose pools get fake GPU nodes")
     u.add_argument(
         "--cluster",
         help="with --fleet: nodes only for the pools of this fleet cluster (one testbed per "
         "cluster of a multi-cluster fleet)",
     )
-    u.add_argument("--nodes-per-pool", type=int, default=2)
+    u.add_argument("--nodes-per-pool", type=int, default=2, help="fake GPU nodes per pool (2)")
     u.add_argument("--crds", type=Path, help="GPU Operator CRDs (default ../shared/upstream/...)")
     u.add_argument(
         "--operator",
@@ -75,8 +77,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     u.set_defaults(func=_up)
     s = tsub.add_parser("simulate", help="run the GPU Operator/NVML simulator in the foreground")
-    s.add_argument("--dir", required=True, type=Path)
-    s.add_argument("--tick", type=float, default=0.5)
+    s.add_argument(
+        "--dir", required=True, type=Path, help="the testbed's directory (state, logs, kubeconfig)"
+    )
+    s.add_argument("--tick", type=float, default=0.5, help="simulator time step in seconds")
     s.add_argument(
         "--operator",
         choices=("auto", *operator.OPERATOR_MODES),
@@ -86,13 +90,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.set_defaults(func=_simulate)
     f = tsub.add_parser("fault", help="inject (or --clear) a fault on a fake node")
-    f.add_argument("node")
-    f.add_argument("fault", nargs="?", choices=sim.FAULTS)
-    f.add_argument("--clear", action="store_true")
-    f.add_argument("--dir", required=True, type=Path)
+    f.add_argument("node", help="the fake node")
+    f.add_argument("fault", nargs="?", choices=sim.FAULTS, help="the fault to inject")
+    f.add_argument("--clear", action="store_true", help="remove the fault instead")
+    f.add_argument(
+        "--dir", required=True, type=Path, help="the testbed's directory (state, logs, kubeconfig)"
+    )
     f.set_defaults(func=_fault)
     d = tsub.add_parser("down", help="stop the processes and remove DIR")
-    d.add_argument("--dir", required=True, type=Path)
+    d.add_argument(
+        "--dir", required=True, type=Path, help="the testbed's directory (state, logs, kubeconfig)"
+    )
     d.set_defaults(func=_down)
 
 

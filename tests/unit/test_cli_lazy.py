@@ -52,3 +52,18 @@ def test_the_controller_command_loads_no_testbed_simulator_or_demo_module() -> N
 def test_the_testbed_command_does_load_the_testbed() -> None:
     # the probe above can see a testbed import when one happens
     assert "gitops_gpu.testbed.session" in _loaded_after(["testbed", "down", "--dir", "x"])
+
+
+def test_every_flag_and_argument_says_what_it_is_for() -> None:
+    missing: list[str] = []
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    walk(f"{name} {sub}".strip(), subparser)
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                missing.append(f"{name}: {action.option_strings or action.dest}")
+
+    walk("", cli.build_parser())
+    assert missing == []
