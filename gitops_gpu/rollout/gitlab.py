@@ -26,7 +26,7 @@ from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Item, Query
 from gitops_gpu.rollout.httpclient import Response, Retry
 from gitops_gpu.rollout.status import ERROR, FAILURE, PENDING, SUCCESS, CommitStatus
 
-_TO_GITLAB = {SUCCESS: "success", FAILURE: "failed", ERROR: "canceled"}
+_TO_GITLAB: dict[str, str] = {SUCCESS: "success", FAILURE: "failed", ERROR: "canceled"}
 _FROM_GITLAB = {
     "created": PENDING,
     "waiting_for_resource": PENDING,

@@ -21,15 +21,20 @@ import abc
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 log = logging.getLogger(__name__)
 
-PENDING = "pending"
-SUCCESS = "success"
-FAILURE = "failure"
-# "error" means "did not finish": the commit was superseded at that stage (GitLab: canceled).
-ERROR = "error"
-STATES = frozenset({PENDING, SUCCESS, FAILURE, ERROR})
+class State(StrEnum):
+    PENDING = "pending"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    # "did not finish": the commit was superseded at that stage (GitLab: canceled).
+    ERROR = "error"
+
+
+PENDING, SUCCESS, FAILURE, ERROR = State.PENDING, State.SUCCESS, State.FAILURE, State.ERROR
+STATES = frozenset(State)
 # Verdicts are final: nothing is ever written over them but another verdict.
 VERDICTS = frozenset({SUCCESS, FAILURE})
 
@@ -69,6 +74,7 @@ class CommitStatus:
     def __post_init__(self) -> None:
         if self.state not in STATES:
             raise ValueError(f"commit status state {self.state!r} is not one of {sorted(STATES)}")
+        object.__setattr__(self, "state", State(self.state))
         # Cut here, once, so what we compare for idempotence is what the backend stores.
         if len(self.description) > MAX_DESCRIPTION:
             object.__setattr__(self, "description", fit_description(self.description))
