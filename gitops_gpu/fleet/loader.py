@@ -132,14 +132,12 @@ def _load(path: Path, root: Path, errors: list[RepoError], *, required: bool) ->
         errors.append(_wrap(exc, YAML_CODE))
         return None
     if not isinstance(doc.data, dict):
-        line, col = doc.where(())
         errors.append(
-            RepoError(
+            RepoError.at(
+                doc,
+                (),
                 "the document must be a mapping",
                 code=SHAPE_CODE,
-                file=doc.file,
-                line=line,
-                column=col,
                 fix="write the object as 'key: value' pairs",
             )
         )
@@ -161,7 +159,6 @@ def _load_base(
     rel = fleet.spec.base
     if not rel:
         return None
-    line, col = fleet_doc.where(("spec", "base"))
     target = root / rel
     try:
         inside = "\0" not in rel and root.resolve() in (root / rel).resolve().parents
@@ -169,12 +166,11 @@ def _load_base(
         inside = False
     if Path(rel).is_absolute() or not inside:
         errors.append(
-            RepoError(
+            RepoError.at(
+                fleet_doc,
+                ("spec", "base"),
                 f"spec.base '{rel}' points outside the repository",
                 code=REF_CODE,
-                file=fleet_doc.file,
-                line=line,
-                column=col,
                 field="spec.base",
                 fix="use a path relative to the repo root, e.g. base/clusterpolicy.yaml",
             )
@@ -182,12 +178,11 @@ def _load_base(
         return None
     if not target.is_file():
         errors.append(
-            RepoError(
+            RepoError.at(
+                fleet_doc,
+                ("spec", "base"),
                 f"spec.base '{rel}' does not exist",
                 code=REF_CODE,
-                file=fleet_doc.file,
-                line=line,
-                column=col,
                 field="spec.base",
                 fix="create the file or correct the path",
             )
@@ -249,15 +244,13 @@ def _load_pools(
         if pool is None or pool_doc is None or (policy_path.exists() and policy_doc is None):
             continue
         if pool.metadata.name != folder.name:
-            line, col = pool_doc.where(("metadata", "name"))
             errors.append(
-                RepoError(
+                RepoError.at(
+                    pool_doc,
+                    ("metadata", "name"),
                     f"metadata.name '{pool.metadata.name}' differs from the folder name "
                     f"'{folder.name}'",
                     code=REF_CODE,
-                    file=pool_doc.file,
-                    line=line,
-                    column=col,
                     field="metadata.name",
                     fix=f"set metadata.name: {folder.name} (or rename the folder)",
                 )
@@ -282,60 +275,53 @@ def _check_stages(
     seen_stage: dict[str, int] = {}
     placed: dict[str, str] = {}
     for i, stage in enumerate(fleet.spec.stages):
-        line, col = doc.where(("spec", "stages", i, "name"))
         if stage.name in seen_stage:
             errors.append(
-                RepoError(
+                RepoError.at(
+                    doc,
+                    ("spec", "stages", i, "name"),
                     f"stage '{stage.name}' is defined twice",
                     code=STAGE_CODE,
-                    file=doc.file,
-                    line=line,
-                    column=col,
                     field=f"spec.stages[{i}].name",
                     fix="give every stage its own name",
                 )
             )
         seen_stage[stage.name] = i
         for j, pool in enumerate(stage.pools):
-            line, col = doc.where(("spec", "stages", i, "pools", j))
             fld = f"spec.stages[{i}].pools[{j}]"
             if pool in placed:
                 errors.append(
-                    RepoError(
+                    RepoError.at(
+                        doc,
+                        ("spec", "stages", i, "pools", j),
                         f"pool '{pool}' is in stage '{placed[pool]}' and again in stage "
                         f"'{stage.name}'",
                         code=STAGE_CODE,
                         fix="list every pool in exactly one stage",
-                        file=doc.file,
-                        line=line,
-                        column=col,
                         field=fld,
                     )
                 )
             elif pool not in pools and (Path(POOLS_DIR) / pool).as_posix() not in _failed(errors):
                 errors.append(
-                    RepoError(
+                    RepoError.at(
+                        doc,
+                        ("spec", "stages", i, "pools", j),
                         f"stage '{stage.name}' names pool '{pool}', which has no "
                         f"{POOLS_DIR}/{pool}/{POOL_FILE}",
                         code=STAGE_CODE,
                         fix=f"create {POOLS_DIR}/{pool}/{POOL_FILE} or remove it here",
-                        file=doc.file,
-                        line=line,
-                        column=col,
                         field=fld,
                     )
                 )
             placed.setdefault(pool, stage.name)
     for name, src in sorted(pools.items()):
         if name not in placed:
-            line, col = src.pool_doc.where(("metadata", "name"))
             errors.append(
-                RepoError(
+                RepoError.at(
+                    src.pool_doc,
+                    ("metadata", "name"),
                     f"pool '{name}' is in no stage, so no commit would ever reach it",
                     code=STAGE_CODE,
-                    file=src.pool_doc.file,
-                    line=line,
-                    column=col,
                     field="metadata.name",
                     fix=f"add '{name}' to the pools of one stage in {FLEET_FILE}",
                 )
@@ -362,14 +348,12 @@ def _check_clusters(
     names: set[str] = set()
     for i, ref in enumerate(fleet.cluster_refs()):
         if ref.name in names:
-            line, col = doc.where(("spec", "clusters", i, "name"))
             errors.append(
-                RepoError(
+                RepoError.at(
+                    doc,
+                    ("spec", "clusters", i, "name"),
                     f"cluster '{ref.name}' is defined twice",
                     code=REF_CODE,
-                    file=doc.file,
-                    line=line,
-                    column=col,
                     field=f"spec.clusters[{i}].name",
                     fix="give every cluster its own name",
                 )
@@ -378,14 +362,12 @@ def _check_clusters(
     for name, src in sorted(pools.items()):
         cluster = src.model.spec.cluster
         if cluster not in names:
-            line, col = src.pool_doc.where(("spec", "cluster"))
             errors.append(
-                RepoError(
+                RepoError.at(
+                    src.pool_doc,
+                    ("spec", "cluster"),
                     f"pool '{name}' names cluster '{cluster}', which {FLEET_FILE} does not define",
                     code=REF_CODE,
-                    file=src.pool_doc.file,
-                    line=line,
-                    column=col,
                     field="spec.cluster",
                     fix=f"use one of: {', '.join(sorted(names))} (or add it to spec.clusters)",
                 )

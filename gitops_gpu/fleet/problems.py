@@ -37,6 +37,23 @@ class RepoError(FleetError):
         self.code = code
         self.message = message
 
+    @classmethod
+    def at(
+        cls,
+        doc: Document,
+        path: PathKey,
+        message: str,
+        *,
+        code: str,
+        field: str = "",
+        fix: str = "",
+    ) -> RepoError:
+        """A problem at ``path`` of ``doc`` (its file, line and column)."""
+        line, column = doc.where(path)
+        return cls(
+            message, code=code, file=doc.file, line=line, column=column, field=field, fix=fix
+        )
+
 
 class RepoLoadError(FleetError):
     """Every problem that stopped the repo from loading; ``str()`` shows the first one."""
