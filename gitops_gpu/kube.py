@@ -12,7 +12,7 @@ import collections
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +160,7 @@ class Client:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = 30,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
         verb = method if not query or "watch" not in query else "WATCH"
         with self._lock:
@@ -169,7 +170,9 @@ class Client:
         data = resp.read()
         if not 200 <= resp.status < 300:
             raise _translate(resp.status, resp.reason, data, method, path)
-        return json.loads(data) if data else None
+        if not data:
+            return None
+        return decode(data) if decode is not None else json.loads(data)
 
     def _call(
         self,
@@ -208,11 +211,28 @@ class Client:
         return out
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, label_selector: str = ""
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Obj:
-        query = {"labelSelector": label_selector} if label_selector else None
+        """One LIST; with ``limit``, one page of it (``metadata.continue`` names the next).
+        ``decode``: the body's parser (default json.loads)."""
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if limit:
+            query["limit"] = str(limit)
+        if continue_token:
+            query["continue"] = continue_token
         out: Obj = self.request(
-            "GET", resource(api_version, kind).path(None, namespace), query=query
+            "GET",
+            resource(api_version, kind).path(None, namespace),
+            query=query or None,
+            decode=decode,
         )
         return out
 
@@ -315,8 +335,11 @@ class Client:
         timeout_seconds: int = 300,
         label_selector: str = "",
         namespace: str | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Iterator[Obj]:
-        """Yield watch events ({type, object}) until the server closes the stream."""
+        """Yield watch events ({type, object}) until the server closes the stream.
+        ``decode``: each event line's parser (default json.loads)."""
+        parse = decode or json.loads
         path = resource(api_version, kind).path(None, namespace)
         query = {
             "watch": "true",
@@ -337,11 +360,11 @@ class Client:
         try:
             buf = b""
             for chunk in raw.stream(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                # One split per chunk (not one per line, which copied the rest every time).
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield parse(line)
         except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
             # A stream cut by the server or the network: the caller re-lists.
             raise KubeError(

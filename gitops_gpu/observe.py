@@ -54,6 +54,9 @@ class Observer:
         self.nodes, self.reports, self.pods = nodes, reports, pods
         self._verdicts: dict[str, _Verdict] = {}
         self._members: dict[str, tuple[int, tuple[tuple[str, str], ...], list[Obj]]] = {}
+        # label key -> value -> nodes, for one nodes version: pools find their members by
+        # lookup, so a change costs one pass over the nodes, not one per pool.
+        self._index: tuple[int, dict[str, dict[str, list[Obj]]]] = (-1, {})
 
     def snapshot(self) -> Snapshot:
         pods: dict[str, list[Obj]] = {}
@@ -77,9 +80,28 @@ class Observer:
         if cached is not None and cached[0] == snap.nodes_version and cached[1] == selector:
             return cached[2]
         sel = dict(selector)
-        found = [n for n in snap.nodes if selector_matches(sel, n["metadata"].get("labels") or {})]
+        candidates = self._by_label(snap, selector[0][0]).get(selector[0][1], []) if sel else []
+        found = [
+            n
+            for n in (candidates if sel else snap.nodes)
+            if selector_matches(sel, n["metadata"].get("labels") or {})
+        ]
         self._members[pool] = (snap.nodes_version, selector, found)
         return found
+
+    def _by_label(self, snap: Snapshot, key: str) -> dict[str, list[Obj]]:
+        version, index = self._index
+        if version != snap.nodes_version:
+            index = {}
+            self._index = (snap.nodes_version, index)
+        if key not in index:
+            by_value: dict[str, list[Obj]] = {}
+            for node in snap.nodes:
+                value = (node["metadata"].get("labels") or {}).get(key)
+                if value is not None:
+                    by_value.setdefault(value, []).append(node)
+            index[key] = by_value
+        return index[key]
 
     def pool_health(
         self,

@@ -1,7 +1,10 @@
 """Live reader: the objects gitops-gpu manages and the nodes, with list+watch caches.
 
-An informer LISTs once and then follows a watch, so a steady-state pass reads nodes from
-memory; a watch that expires (410 Gone) or breaks re-lists, which is the only other LIST.
+An informer LISTs once (in pages, so 5,000 nodes never sit in memory whole) and then follows
+a watch, so a steady-state pass reads nodes from memory; a watch that expires (410 Gone) or
+breaks re-lists, which is the only other LIST. It keeps a projection of each object
+(:mod:`slim`), and an event whose projection is unchanged (a kubelet heartbeat) is not a
+change: ``version`` does not move, so passes reuse what they computed.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError
+from gitops_gpu.sync import slim
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
+LIST_PAGE = 500  # objects per LIST page: bounds the parse's peak memory at start
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -54,8 +59,11 @@ class Informer:
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._project = slim.for_kind(kind)
         self.lists = 0
         self.version = 0  # bumped on every change, so callers can skip work when idle
+        self.events = 0  # watch events received
+        self.changes = 0  # of those, events that changed a projection
 
     def start(self) -> Informer:
         if self._thread is None:
@@ -84,25 +92,30 @@ class Informer:
         with self._lock:
             return self._items.get(name)
 
-    @staticmethod
-    def _trim(obj: Obj) -> Obj:
-        # managedFields are often the bulk of a node; nothing reads them from the cache.
-        obj.get("metadata", {}).pop("managedFields", None)
-        return obj
-
     def _list(self) -> str:
-        listed = self.client.list(
-            self.api_version,
-            self.kind,
-            namespace=self.namespace,
-            label_selector=self.label_selector,
-        )
+        items: dict[str, Obj] = {}
+        cont = ""
+        while True:
+            page = self.client.list(
+                self.api_version,
+                self.kind,
+                namespace=self.namespace,
+                label_selector=self.label_selector,
+                limit=LIST_PAGE,
+                continue_token=cont,
+                decode=slim.list_decoder(self.kind),
+            )
+            for obj in page.pop("items"):
+                items[obj["metadata"]["name"]] = self._project(obj)
+            cont = str(page["metadata"].get("continue") or "")
+            if not cont:
+                break
         self.lists += 1
         with self._lock:
-            self._items = {n["metadata"]["name"]: self._trim(n) for n in listed["items"]}
+            self._items = items
             self.version += 1
         self._synced.set()
-        return str(listed["metadata"]["resourceVersion"])
+        return str(page["metadata"]["resourceVersion"])
 
     def _run(self) -> None:
         rv = ""
@@ -117,6 +130,7 @@ class Informer:
                     timeout_seconds=self.watch_timeout,
                     label_selector=self.label_selector,
                     namespace=self.namespace,
+                    decode=slim.event_decoder(self.kind),
                 ):
                     if self._stop.is_set():
                         return
@@ -136,12 +150,19 @@ class Informer:
         if kind == "BOOKMARK":
             return new_rv
         name = obj["metadata"]["name"]
+        self.events += 1
+        new = None if kind == "DELETED" else self._project(obj)
         with self._lock:
-            if kind == "DELETED":
-                self._items.pop(name, None)
+            old = self._items.get(name)
+            if new is None:
+                if self._items.pop(name, None) is None:
+                    return new_rv
+            elif old is not None and slim.same_facts(old, new):
+                return new_rv  # keeps the old resourceVersion: memos keyed on it stay valid
             else:
-                self._items[name] = self._trim(obj)
+                self._items[name] = new
             self.version += 1
+            self.changes += 1
         return new_rv
 
 

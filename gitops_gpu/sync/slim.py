@@ -1,0 +1,261 @@
+"""What the informers keep of a watched object: only the fields decisions read.
+
+At 5,000 nodes a whole Node is ~60 KiB of Python objects (status.images, nodeInfo, every
+condition with four timestamps, kwok's annotations) of which a pass reads labels, a few
+annotations, Ready, unschedulable and allocatable GPUs. Projecting on arrival keeps the
+cache small, and comparing projections lets a heartbeat (new resourceVersion, same facts)
+leave the cache untouched, so nothing downstream recomputes for it.
+
+Projections keep the apiserver's shape (``metadata.labels``, ``status.conditions``...): every
+reader of a cached object reads a projection without knowing. Strings that repeat on every
+node (label keys and values, condition types) are interned once.
+
+Nodes and pods are decoded by msgspec into TypedDicts naming only those fields: the rest of
+the JSON (images, nodeInfo, pod specs) is skipped while parsing, never built as Python
+objects. Profiled at 5,000 KWOK nodes (~70 node events/s), json.loads plus projection was two
+thirds of the idle controller's CPU; the typed decode is ~4x cheaper. Anything the types do
+not fit (an ERROR event's Status, a null) falls back to json.loads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
+
+import msgspec
+
+from gitops_gpu import names
+
+Obj = dict[str, Any]
+Projection = Callable[[Obj], Obj]
+
+# Node annotations read by the ladder and the label batches (ours and the GPU Operator's).
+ANNOTATION_PREFIXES = (names.GROUP + "/", "nvidia.com/")
+ALLOCATABLE_PREFIX = "nvidia.com/"
+_POD_CONDITIONS = frozenset({"Ready"})
+_CONTAINER_KEYS = ("name", "ready", "restartCount", "state")
+_META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+
+
+def _i(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
+def _strings(mapping: Mapping[str, Any] | None, prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        sys.intern(k): _i(v)
+        for k, v in (mapping or {}).items()
+        if not prefixes or k.startswith(prefixes)
+    }
+
+
+def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None) -> Obj:
+    out: Obj = {k: meta[k] for k in _META_KEYS if k in meta}
+    out["resourceVersion"] = meta.get("resourceVersion")
+    if meta.get("labels"):
+        out["labels"] = _strings(meta["labels"])
+    if meta.get("ownerReferences"):
+        out["ownerReferences"] = [
+            {k: o.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
+            for o in meta["ownerReferences"]
+        ]
+    if annotations is None:
+        if meta.get("annotations"):
+            out["annotations"] = _strings(meta["annotations"])
+    else:
+        kept = _strings(meta.get("annotations"), annotations)
+        if kept:
+            out["annotations"] = kept
+    return out
+
+
+def _condition(cond: Mapping[str, Any]) -> Obj:
+    # No timestamps: a heartbeat only moves lastHeartbeatTime, which nothing reads.
+    return {k: _i(cond[k]) for k in ("type", "status", "reason", "message") if cond.get(k)}
+
+
+def node(obj: Obj) -> Obj:
+    """Labels, our and NVIDIA's annotations, unschedulable, Ready, allocatable GPUs."""
+    status = obj.get("status") or {}
+    ready = [_condition(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    alloc = _strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,))
+    spec = {"unschedulable": True} if (obj.get("spec") or {}).get("unschedulable") else {}
+    return {
+        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES),
+        "spec": spec,
+        "status": {"conditions": ready, "allocatable": alloc},
+    }
+
+
+def pod(obj: Obj) -> Obj:
+    """Operand pods: owner, revision labels, node, phase, Ready and container states."""
+    status = obj.get("status") or {}
+    slim_status: Obj = {k: status[k] for k in ("phase", "reason") if k in status}
+    slim_status["conditions"] = [
+        _condition(c) for c in status.get("conditions") or [] if c.get("type") in _POD_CONDITIONS
+    ]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            slim_status[key] = [
+                {k: cs[k] for k in _CONTAINER_KEYS if k in cs} for cs in status[key]
+            ]
+    node_name = (obj.get("spec") or {}).get("nodeName")
+    return {
+        "metadata": _meta(obj.get("metadata") or {}, None),
+        "spec": {"nodeName": node_name} if node_name else {},
+        "status": slim_status,
+    }
+
+
+def trimmed(obj: Obj) -> Obj:
+    """Any other kind: whole, less managedFields (often the bulk; nothing reads them)."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
+PROJECTIONS: Mapping[str, Projection] = {"Node": node, "Pod": pod}
+
+
+def for_kind(kind: str) -> Projection:
+    return PROJECTIONS.get(kind, trimmed)
+
+
+# --- typed decoding: only the fields the projections read ---------------------------------
+
+
+class _Cond(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+class _Owner(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+class _Meta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    creationTimestamp: str
+    deletionTimestamp: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[_Owner]
+
+
+# ``continue`` is a keyword: the functional syntax.
+_ListMeta = TypedDict(
+    "_ListMeta", {"resourceVersion": str, "continue": str, "remainingItemCount": int}, total=False
+)
+
+
+class _NodeSpec(TypedDict, total=False):
+    unschedulable: bool
+
+
+class _NodeStatus(TypedDict, total=False):
+    conditions: list[_Cond]
+    allocatable: dict[str, str]
+
+
+class _Node(TypedDict, total=False):
+    metadata: _Meta
+    spec: _NodeSpec
+    status: _NodeStatus
+
+
+class _Container(TypedDict, total=False):
+    name: str
+    ready: bool
+    restartCount: int
+    state: dict[str, Any]
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: str
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: str
+    reason: str
+    conditions: list[_Cond]
+    containerStatuses: list[_Container]
+    initContainerStatuses: list[_Container]
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _Meta
+    spec: _PodSpec
+    status: _PodStatus
+
+
+class _NodeEvent(TypedDict, total=False):
+    type: str
+    object: _Node
+
+
+class _PodEvent(TypedDict, total=False):
+    type: str
+    object: _Pod
+
+
+class _NodeList(TypedDict, total=False):
+    metadata: _ListMeta
+    items: list[_Node]
+
+
+class _PodList(TypedDict, total=False):
+    metadata: _ListMeta
+    items: list[_Pod]
+
+
+Decode = Callable[[bytes], Any]
+
+
+def _with_fallback(decoder: msgspec.json.Decoder[Any]) -> Decode:
+    def decode(data: bytes) -> Any:
+        try:
+            return decoder.decode(data)
+        except msgspec.ValidationError:
+            return json.loads(data)
+
+    return decode
+
+
+_EVENTS: Mapping[str, Decode] = {
+    "Node": _with_fallback(msgspec.json.Decoder(_NodeEvent)),
+    "Pod": _with_fallback(msgspec.json.Decoder(_PodEvent)),
+}
+_LISTS: Mapping[str, Decode] = {
+    "Node": _with_fallback(msgspec.json.Decoder(_NodeList)),
+    "Pod": _with_fallback(msgspec.json.Decoder(_PodList)),
+}
+
+
+def event_decoder(kind: str) -> Decode | None:
+    """A decoder of this kind's watch events that skips unread fields; None: use json."""
+    return _EVENTS.get(kind)
+
+
+def list_decoder(kind: str) -> Decode | None:
+    return _LISTS.get(kind)
+
+
+def same_facts(a: Obj, b: Obj) -> bool:
+    """Equal but for resourceVersion: a change no decision can see."""
+    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    return (
+        a.get("spec") == b.get("spec")
+        and a.get("status") == b.get("status")
+        and {k: v for k, v in ma.items() if k != "resourceVersion"}
+        == {k: v for k, v in mb.items() if k != "resourceVersion"}
+    )

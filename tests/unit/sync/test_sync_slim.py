@@ -1,0 +1,140 @@
+"""Informer projections: what a cached Node or Pod keeps, and heartbeats that change nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, cast
+
+from gitops_gpu import kube
+from gitops_gpu.components import evidence
+from gitops_gpu.sync import slim
+from gitops_gpu.sync.live import Informer, node_ready
+
+NODE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "n1",
+        "resourceVersion": "10",
+        "creationTimestamp": "2026-12-01T00:00:00Z",
+        "labels": {"pool": "a", "nvidia.com/gpu-driver-upgrade-state": "upgrade-done"},
+        "annotations": {
+            "kwok.x-k8s.io/node": "fake",
+            "gitops-gpu.io/managed-labels": "pool",
+            "nvidia.com/gpu-driver-upgrade-enabled": "true",
+        },
+        "managedFields": [{"manager": "kwok"}],
+    },
+    "spec": {"unschedulable": True, "podCIDR": "10.0.0.0/24"},
+    "status": {
+        "allocatable": {"cpu": "96", "nvidia.com/gpu": "8"},
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "lastHeartbeatTime": "2026-12-01T00:00:00Z",
+            },
+        ],
+        "images": [{"names": ["x"], "sizeBytes": 1}],
+        "nodeInfo": {"kubeletVersion": "fake"},
+    },
+}
+
+
+def test_node_keeps_what_decisions_read() -> None:
+    out = slim.node(copy.deepcopy(NODE))
+    ev = evidence.NodeEvidence("n1", out, None)
+    assert ev.labels == NODE["metadata"]["labels"]
+    assert dict(ev.annotations) == {
+        "gitops-gpu.io/managed-labels": "pool",
+        "nvidia.com/gpu-driver-upgrade-enabled": "true",
+    }
+    assert ev.unschedulable and node_ready(out)
+    assert ev.condition("Ready") == {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    assert dict(ev.allocatable) == {"nvidia.com/gpu": "8"}
+    assert ev.created is not None
+    assert "images" not in out["status"] and "managedFields" not in out["metadata"]
+
+
+def test_pod_keeps_owner_revision_node_and_states() -> None:
+    pod = {
+        "metadata": {
+            "name": "nvidia-driver-abcde",
+            "namespace": "gpu-operator",
+            "uid": "u",
+            "resourceVersion": "3",
+            "labels": {"app": "nvidia-driver", "controller-revision-hash": "h1"},
+            "ownerReferences": [{"kind": "DaemonSet", "uid": "ds", "name": "d", "apiVersion": "x"}],
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "c", "restartCount": 2, "state": {"running": {}}, "image": "i"}
+            ],
+        },
+    }
+    out = slim.pod(pod)
+    assert out["spec"] == {"nodeName": "n1"}
+    assert out["metadata"]["ownerReferences"][0]["uid"] == "ds"
+    assert out["metadata"]["labels"]["controller-revision-hash"] == "h1"
+    assert out["status"]["containerStatuses"] == [
+        {"name": "c", "restartCount": 2, "state": {"running": {}}}
+    ]
+
+
+def _informer() -> Informer:
+    return Informer(cast(kube.Client, None), "v1", "Node")
+
+
+def test_a_heartbeat_is_not_a_change() -> None:
+    inf = _informer()
+    inf._apply_event({"type": "ADDED", "object": copy.deepcopy(NODE)}, "1")
+    assert (inf.version, inf.changes) == (1, 1)
+    beat = copy.deepcopy(NODE)
+    beat["metadata"]["resourceVersion"] = "11"
+    beat["status"]["conditions"][1]["lastHeartbeatTime"] = "2026-12-01T00:01:00Z"
+    assert inf._apply_event({"type": "MODIFIED", "object": beat}, "10") == "11"
+    assert (inf.version, inf.events, inf.changes) == (1, 2, 1)
+    assert inf._items["n1"]["metadata"]["resourceVersion"] == "10"  # memos keyed on it hold
+    cordon = copy.deepcopy(beat)
+    cordon["metadata"]["resourceVersion"] = "12"
+    cordon["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "cordon-required"
+    inf._apply_event({"type": "MODIFIED", "object": cordon}, "11")
+    assert inf.version == 2 and inf._items["n1"]["metadata"]["resourceVersion"] == "12"
+    inf._apply_event({"type": "DELETED", "object": cordon}, "12")
+    inf._apply_event({"type": "DELETED", "object": cordon}, "12")
+    assert inf.version == 3 and not inf._items
+
+
+def test_typed_decode_projects_like_json() -> None:
+    line = json.dumps({"type": "MODIFIED", "object": NODE}).encode()
+    decode = slim.event_decoder("Node")
+    assert decode is not None
+    event = decode(line)
+    assert event["type"] == "MODIFIED" and "images" not in event["object"]["status"]
+    assert slim.node(event["object"]) == slim.node(copy.deepcopy(NODE))
+    listed = slim.list_decoder("Node")
+    assert listed is not None
+    page = listed(json.dumps({"metadata": {"continue": "x"}, "items": [NODE]}).encode())
+    assert page["metadata"]["continue"] == "x"
+    assert slim.node(page["items"][0]) == slim.node(copy.deepcopy(NODE))
+
+
+def test_typed_decode_falls_back_on_what_it_does_not_fit() -> None:
+    gone = {"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": 410}}
+    decode = slim.event_decoder("Node")
+    assert decode is not None
+    assert decode(json.dumps(gone).encode()) == gone
+    null_labels = copy.deepcopy(NODE)
+    null_labels["metadata"]["labels"] = None
+    assert (
+        decode(json.dumps({"type": "ADDED", "object": null_labels}).encode())["object"]["metadata"][
+            "labels"
+        ]
+        is None
+    )
