@@ -81,6 +81,7 @@ class LeaseLock:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
+        self._written: dict[str, Any] | None = None  # the Lease as this replica last wrote it
         self._changed = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,10 +90,22 @@ class LeaseLock:
     def try_acquire(self) -> bool:
         """Acquire or renew once; returns whether this replica leads now."""
         now = self.clock()
+        if self.is_leader and self._written is not None:
+            # Renew with one PUT of the Lease as we last wrote it: a 409 means another
+            # replica wrote since, and only then is it read and judged below.
+            try:
+                self._written = self.client.replace(self._body(self._written))
+                return self._won(now)
+            except kube.ConflictError:
+                self._written = None
+            except KubeError as exc:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+                return self._lost("unknown (API error)")
+        self._written = None
         try:
             lease = self.client.get(*LEASE_API, self.name, self.namespace)
             if lease is None:
-                self.client.create(self._body(None))
+                self._written = self.client.create(self._body(None))
                 return self._won(now)
             spec = lease.get("spec") or {}
             self.transitions_seen = int(spec.get("leaseTransitions") or 0)
@@ -103,7 +116,7 @@ class LeaseLock:
             duration = float(spec.get("leaseDurationSeconds") or self.duration)
             if holder not in (None, "", self.identity) and now < self._observed_at + duration:
                 return self._set(False, holder)
-            self.client.replace(self._body(lease))
+            self._written = self.client.replace(self._body(lease))
             return self._won(now)
         except kube.ConflictError:
             return self._lost("another replica (lost the race)")
@@ -136,7 +149,10 @@ class LeaseLock:
             if self.is_leader and not self.holds():
                 self._lost("renew deadline passed")
             # Jitter keeps two standbys from retrying in lockstep (client-go's JitterUntil).
-            self._stop.wait(self.retry_period * (1 + 0.2 * random.random()))
+            # The leader renews every third of its renew deadline (two more tries before its
+            # fence drops), not every retry period: idle API traffic at 5 s polls.
+            period = max(self.retry_period, self.renew_deadline / 3) if self.holds() else 0
+            self._stop.wait((period or self.retry_period) * (1 + 0.2 * random.random()))
 
     def stop(self) -> None:
         self._stop.set()
