@@ -1,0 +1,234 @@
+"""What people do to a rollout, as plain functions: read its status, approve a stage, pause or
+resume, roll a stage back. The CLI renders what they return; nothing here prints.
+
+Each works on a ``Controller`` opened for one shot (``connect``): the same source, record,
+verdicts and executor the controller's own passes use, so a person's action and a pass can
+never disagree about what a commit is or where the record lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gitops_gpu import kube, names
+from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
+from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.execute import cluster_error
+from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
+from gitops_gpu.observe import Observer
+from gitops_gpu.rollout import span
+from gitops_gpu.rollout.gate import applied_commit
+from gitops_gpu.rollout.inputs import PoolObservation
+from gitops_gpu.rollout.status import (
+    FAILURE,
+    SUCCESS,
+    CommitStatus,
+    approval_context,
+    stage_context,
+)
+from gitops_gpu.sync import engine
+from gitops_gpu.sync.live import Informer, LiveReader
+from gitops_gpu.sync.source import Commit
+
+
+class NothingToActOnError(GitopsGpuError):
+    """The operation found nothing it could act on (no commit passes preflight, no earlier
+    good commit): not a usage error, the command fails (exit 1)."""
+
+
+def connect(cfg: Config, client: kube.Client) -> Controller:
+    """A controller for one operation: the fleet fetched, the record read."""
+    ctl = Controller(cfg, client)
+    ctl.source.poll()
+    ctl.backend.refresh()
+    return ctl
+
+
+def newest(ctl: Controller) -> tuple[list[Commit], CompiledFleet]:
+    """The history window and the newest commit in it that passes preflight."""
+    history = ctl.source.commits(ctl.cfg.history)
+    found = next((ctl.compiled_for(c.sha) for c in history if ctl.compiled_for(c.sha)), None)
+    if found is None:
+        raise NothingToActOnError("no commit of the fleet repo passes preflight yet")
+    return history, found
+
+
+# -- status -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StatusReport:
+    paused: bool
+    many_clusters: bool  # stages and pools carry their clusters
+    stages: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"paused": self.paused, "stages": self.stages}
+
+
+def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
+    """Per stage: the commit its pools run, its verdict, and per pool node health. A fleet of
+    several clusters is read through each cluster's kubeconfig context, with every pool's
+    cluster and a spanning stage's per-cluster parts."""
+    _history, compiled = newest(ctl)
+    pools: dict[str, PoolObservation] = {}
+    health: dict[str, PoolHealth] = {}
+    many = len(compiled.clusters) > 1
+    for cluster in compiled.clusters.values():
+        if many:
+            client = kube.Client.from_kubeconfig(kubeconfig, context=cluster.context)
+        else:
+            client = ctl.client
+        try:
+            seen, healthy = _observe(ctl, client, compiled)
+        finally:
+            if many:
+                client.close()
+        pools |= {p: o for p, o in seen.items() if p in cluster.pools}
+        health |= {p: h for p, h in healthy.items() if p in cluster.pools}
+    pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
+    stages = [
+        _stage(ctl, stage, pools, health, pool_clusters if many else None)
+        for stage in compiled.stages
+    ]
+    return StatusReport(ctl.paused(), many, stages)
+
+
+def _observe(
+    ctl: Controller, client: kube.Client, compiled: CompiledFleet
+) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
+    """What one cluster's pools run and how healthy they are, read through ``client``."""
+    nodes = Informer(client, "v1", "Node")
+    reports = Informer(client, *names.NODE_GPU_REPORT_API)
+    pods = Informer(client, "v1", "Pod", namespace=ctl.cfg.operator_namespace)
+    informers = (nodes, reports, pods)
+    for inf in informers:
+        inf.start()
+    try:
+        for inf in informers:
+            inf.wait_synced()
+        eng = engine.Engine(client, LiveReader(client, nodes))
+        drivers = eng.reader.managed(*names.NVIDIA_DRIVER_API)
+        return Observer(nodes, reports, pods).observe(eng, drivers, compiled, ctl.compiled_for)
+    finally:
+        for inf in informers:
+            inf.stop()
+
+
+def _stage(
+    ctl: Controller,
+    stage: StageSpec,
+    pools: Mapping[str, PoolObservation],
+    health: Mapping[str, PoolHealth],
+    pool_clusters: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    commit = applied_commit(stage, pools)
+    verdict = ctl.backend.latest(commit, stage_context(stage.name)) if commit else None
+    entry: dict[str, Any] = {
+        "stage": stage.name,
+        "commit": commit,
+        "state": verdict.state if verdict else None,
+        "description": verdict.description if verdict else "",
+    }
+    if pool_clusters is None:
+        entry["pools"] = [_pool(p, health.get(p)) for p in stage.pools]
+        return entry
+    clusters = span.stage_clusters(stage, pool_clusters)
+    parts = []
+    if len(clusters) > 1:
+        for cluster in clusters:
+            part = span.local_part(stage, cluster, pool_clusters)
+            at = applied_commit(part, pools) if part is not None else None
+            st = ctl.backend.latest(at, span.cluster_context(stage.name, cluster)) if at else None
+            parts.append(
+                {
+                    "cluster": cluster,
+                    "commit": at,
+                    "state": st.state if st else None,
+                    "description": st.description if st else "",
+                }
+            )
+    entry |= {
+        "clusters": list(clusters),
+        "parts": parts,
+        "pools": [{**_pool(p, health.get(p)), "cluster": pool_clusters[p]} for p in stage.pools],
+    }
+    return entry
+
+
+def _pool(pool: str, ph: PoolHealth | None) -> dict[str, Any]:
+    failing = next((n for n in ph.nodes if n.health is not Health.HEALTHY), None) if ph else None
+    return {
+        "pool": pool,
+        "healthy": ph.count(Health.HEALTHY) if ph else 0,
+        "total": ph.total if ph else 0,
+        "health": str(ph.health) if ph else "Unknown",
+        "firstFailure": f"{failing.node}: {failing.reason}" if failing else None,
+    }
+
+
+# -- steering -----------------------------------------------------------------------------------
+def approve(ctl: Controller, rev: str, stage: str, who: str, now: float) -> tuple[str, bool]:
+    """Record ``who``'s approval of ``rev`` for ``stage``: (the commit, whether it was new)."""
+    sha = ctl.source.resolve(rev)
+    status = CommitStatus(sha, approval_context(stage), SUCCESS, f"approved by {who}", "", now)
+    return sha, ctl.backend.set_status(status)
+
+
+def set_paused(client: kube.Client, namespace: str, paused: bool) -> None:
+    """The emergency brake: every controller reads it at its next pass."""
+    client.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONTROL_CONFIGMAP, "namespace": namespace},
+            "data": {"paused": "true" if paused else "false"},
+        },
+        field_manager=names.FIELD_MANAGER,
+        force=True,
+    )
+
+
+def rollback(
+    ctl: Controller, stage_name: str, to: str | None, who: str, now: float
+) -> tuple[str, int]:
+    """Mark the stage's current commits failed (so they are not re-adopted) and apply the
+    target: ``to``, or the stage's newest earlier success. (target, objects/nodes written)."""
+    history, compiled = newest(ctl)
+    problem = cluster_error(list(compiled.clusters), ctl.cfg.cluster)
+    if problem is not None:  # before any status is written
+        raise problem
+    stage = compiled.stage(stage_name)
+    drivers = ctl.engine.reader.managed(*names.NVIDIA_DRIVER_API)
+    current = {
+        (drivers.get(p) or {})
+        .get("metadata", {})
+        .get("annotations", {})
+        .get(names.COMMIT_ANNOTATION)
+        for p in stage.pools
+    }
+    target = ctl.source.resolve(to) if to else _last_success(ctl, stage, history, current)
+    if target is None:
+        raise NothingToActOnError(
+            f"stage {stage.name} has no earlier successful commit to roll back to"
+        )
+    for sha in sorted(c for c in current if c and c != target):
+        text = f"rolled back by {who} to {target[:7]}"
+        ctl.backend.set_status(CommitStatus(sha, stage_context(stage.name), FAILURE, text, "", now))
+    ctl.start_informers()
+    try:
+        written = ctl.apply_stage(stage.name, target, rollback=True)
+    finally:
+        ctl.stop_informers()
+    return target, written
+
+
+def _last_success(
+    ctl: Controller, stage: StageSpec, history: Sequence[Commit], current: set[str | None]
+) -> str | None:
+    for c in history:
+        st = ctl.backend.latest(c.sha, stage_context(stage.name))
+        if st is not None and st.state == SUCCESS and c.sha not in current:
+            return c.sha
+    return None
