@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.components import drift, evidence
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
 from gitops_gpu.errors import GitopsGpuError
@@ -166,6 +167,52 @@ def _pool(pool: str, ph: PoolHealth | None) -> dict[str, Any]:
         "health": str(ph.health) if ph else "Unknown",
         "firstFailure": f"{failing.node}: {failing.reason}" if failing else None,
     }
+
+
+# -- plan and apply -----------------------------------------------------------------------------
+def plan(
+    compiled: CompiledFleet,
+    kubeconfig: str | None,
+    pool: str | None = None,
+    stage: str | None = None,
+) -> list[tuple[engine.Engine, engine.ClusterPlan]]:
+    """What applying ``compiled`` (or one pool or stage of it) would change in each cluster,
+    read through the cluster's kubeconfig context. An unknown pool or stage is a KeyError."""
+    if pool:
+        compiled.pool(pool)
+    out = []
+    for cluster in compiled.clusters.values():
+        if pool and pool not in cluster.pools:
+            continue
+        client = kube.Client.from_kubeconfig(kubeconfig, context=cluster.context)
+        eng = engine.Engine(client)
+        sel = engine.select(compiled, cluster, pool=pool, stage=stage)
+        out.append((eng, eng.plan(cluster, sel, compiled.commit)))
+    return out
+
+
+def nvml_drift(
+    plans: Sequence[tuple[engine.Engine, engine.ClusterPlan]], compiled: CompiledFleet
+) -> list[drift.NvmlDrift]:
+    """Nodes whose NVML state (NodeGPUReport) differs from their pool's desired state."""
+    out: list[drift.NvmlDrift] = []
+    for eng, cluster_plan in plans:
+        targets = [compiled.pool(p.pool) for p in cluster_plan.pools]
+        out += drift.fleet_drift(targets, evidence.read_evidence(eng.client, targets))
+    return out
+
+
+def apply(
+    plans: Sequence[tuple[engine.Engine, engine.ClusterPlan]],
+    *,
+    force_conflicts: bool = False,
+    all_batches: bool = True,
+) -> list[tuple[engine.ClusterPlan, engine.ApplyResult]]:
+    """Server-side apply each cluster's plan (what preflight has already passed)."""
+    return [
+        (p, eng.apply(p, force_conflicts=force_conflicts, all_batches=all_batches))
+        for eng, p in plans
+    ]
 
 
 # -- steering -----------------------------------------------------------------------------------

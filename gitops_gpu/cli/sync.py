@@ -13,10 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import kube
+from gitops_gpu import operations
 from gitops_gpu.cli import options, verify_args
 from gitops_gpu.cli.exits import Exit
-from gitops_gpu.components import drift, evidence
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
@@ -67,22 +66,6 @@ def load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
     return sha, path, fleet_compile.compile_fleet(loader.load_repo(path), sha)
 
 
-def _plans(
-    args: argparse.Namespace, compiled: CompiledFleet
-) -> list[tuple[engine.Engine, engine.ClusterPlan]]:
-    if args.pool:
-        compiled.pool(args.pool)  # KeyError -> usage error below
-    out = []
-    for cluster in compiled.clusters.values():
-        if args.pool and args.pool not in cluster.pools:
-            continue
-        client = kube.Client.from_kubeconfig(args.kubeconfig, context=cluster.context)
-        eng = engine.Engine(client)
-        sel = engine.select(compiled, cluster, pool=args.pool, stage=args.stage)
-        out.append((eng, eng.plan(cluster, sel, compiled.commit)))
-    return out
-
-
 def _emit(args: argparse.Namespace, plans: list[engine.ClusterPlan], extra: dict[str, Any]) -> None:
     if args.format == "json":
         print(json.dumps({"plans": [report.plan_json(p) for p in plans], **extra}, indent=2))
@@ -97,22 +80,10 @@ def _tagged(text: str, cluster: str, many: bool) -> str:
     return "\n".join(f"[{cluster}] {line}" for line in text.splitlines()) if many else text
 
 
-def _nvml_drift(
-    engines: list[tuple[engine.Engine, engine.ClusterPlan]], compiled: CompiledFleet
-) -> list[drift.NvmlDrift]:
-    """Nodes whose NVML state (NodeGPUReport) differs from their pool's desired state."""
-    out: list[drift.NvmlDrift] = []
-    for eng, plan in engines:
-        targets = [compiled.pool(p.pool) for p in plan.pools]
-        ev = evidence.read_evidence(eng.client, targets)
-        out += drift.fleet_drift(targets, ev)
-    return out
-
-
 def _plan(args: argparse.Namespace) -> int:
     try:
         _sha, _path, compiled = load(args)
-        engines = _plans(args, compiled)
+        engines = operations.plan(compiled, args.kubeconfig, args.pool, args.stage)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
         return Exit.USAGE
@@ -120,7 +91,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return Exit.FAILED
     plans = [p for _e, p in engines]
-    nvml = [] if args.no_nvml else _nvml_drift(engines, compiled)
+    nvml = [] if args.no_nvml else operations.nvml_drift(engines, compiled)
     _emit(args, plans, {"nvmlDrift": [d.as_dict() for d in nvml]})
     if nvml and args.format == "text":
         print(f"NVML drift ({len(nvml)} nodes/fields differ from desired):")
@@ -147,19 +118,18 @@ def _apply(args: argparse.Namespace) -> int:
             print(finding.text(), file=sys.stderr)
         print(f"refused: commit {sha[:12]} fails preflight; nothing was applied", file=sys.stderr)
         return Exit.FAILED
-    args.rev = sha
     try:
-        plans = _plans(args, result.compiled)
+        plans = operations.plan(result.compiled, args.kubeconfig, args.pool, args.stage)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
         return Exit.USAGE
     _emit(args, [p for _e, p in plans], {})
     if args.dry_run:
         return 0
-    conflicts = 0
-    many = len({p.cluster for _e, p in plans}) > 1
-    for eng, plan in plans:
-        res = eng.apply(plan, force_conflicts=args.force_conflicts, all_batches=not args.no_wait)
-        conflicts += len(res.conflicts)
+    done = operations.apply(
+        plans, force_conflicts=args.force_conflicts, all_batches=not args.no_wait
+    )
+    many = len({p.cluster for p, _res in done}) > 1
+    for plan, res in done:
         print(_tagged(report.apply_text(plan.cluster, res), plan.cluster, many))
-    return Exit.FAILED if conflicts else Exit.OK
+    return Exit.FAILED if any(res.conflicts for _p, res in done) else Exit.OK
