@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gitops_gpu import names
+from gitops_gpu import names, timefmt
 from gitops_gpu.components import evidence, ladder, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
@@ -231,7 +231,7 @@ def _valid_until(report: Obj | None, now: datetime) -> datetime:
     """When a verdict may change with no object changing: the report going stale."""
     cap = now + timedelta(seconds=MEMO_MAX_AGE)
     status = (report or {}).get("status") or {}
-    observed = evidence.parse_time(status.get("observedAt"))
+    observed = timefmt.parse(status.get("observedAt"))
     if observed is None:
         return cap
     stale_at = observed + timedelta(seconds=signals.stale_limit(status, DEFAULT_OPTIONS))

@@ -15,21 +15,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitops_gpu import kube, names
+from gitops_gpu import kube, names, timefmt
 from gitops_gpu.fleet.compiled import PoolTarget
 
 OPERATOR_NAMESPACE = "gpu-operator"
 Obj = Mapping[str, Any]
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -62,7 +52,7 @@ class NodeEvidence:
 
     @property
     def created(self) -> datetime | None:
-        return parse_time(self.node.get("metadata", {}).get("creationTimestamp"))
+        return timefmt.parse(self.node.get("metadata", {}).get("creationTimestamp"))
 
     def condition(self, kind: str) -> Obj | None:
         return next((c for c in self.conditions if c.get("type") == kind), None)
@@ -77,7 +67,7 @@ class NodeEvidence:
 
     @property
     def report_age(self) -> float | None:
-        observed = parse_time((self.status or {}).get("observedAt"))
+        observed = timefmt.parse((self.status or {}).get("observedAt"))
         return None if observed is None else (self.now - observed).total_seconds()
 
     def nvml_ready(self) -> bool:

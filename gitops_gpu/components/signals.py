@@ -17,8 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gitops_gpu import names
-from gitops_gpu.components.evidence import NodeEvidence, parse_time
+from gitops_gpu import names, timefmt
+from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import Health, Options, RungResult, result
 from gitops_gpu.fleet.compiled import PoolTarget
 
@@ -161,7 +161,7 @@ def xids_since(status: Obj, since: Any) -> list[Obj]:
         return list(events)
     out = []
     for ev in events:
-        seen = parse_time(ev.get("seenAt"))
+        seen = timefmt.parse(ev.get("seenAt"))
         if seen is None or seen >= since:
             out.append(ev)
     return out

@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from gitops_gpu import timefmt
 from gitops_gpu.rollout.httpclient import (
     MAX_PAGES,
     HttpClient,
@@ -23,7 +24,6 @@ from gitops_gpu.rollout.httpclient import (
     Response,
     Retry,
     check_sha,
-    parse_time,
 )
 from gitops_gpu.rollout.status import (
     STATES,
@@ -87,7 +87,7 @@ class Dialect(abc.ABC):
             state=self.from_forge(str(item.get(self.state_key) or item.get("state") or "")),
             description=str(item.get("description") or ""),
             target_url=str(item.get("target_url") or ""),
-            created_at=parse_time(item.get("created_at")),
+            created_at=timefmt.epoch(item.get("created_at")),
         )
 
     def body(self, status: CommitStatus, state: str) -> dict[str, str]:

@@ -23,7 +23,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from gitops_gpu.errors import StatusBackendError
@@ -82,15 +81,6 @@ def next_link(link_header: str | None) -> str | None:
         if found:
             return found.group(1)
     return None
-
-
-def parse_time(text: str | None) -> float:
-    if not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 class HttpClient:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
+from gitops_gpu import timefmt
 from gitops_gpu.rollout.status import PENDING, CommitStatus, fit_description
 
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -56,10 +57,6 @@ def format_time(ts: float) -> str:
     return datetime.fromtimestamp(whole_seconds(ts), UTC).strftime(_TIME_FORMAT)
 
 
-def parse_time(text: str) -> float:
-    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC).timestamp()
-
-
 def format_duration(seconds: float) -> str:
     """``600`` -> ``10m``, ``5400`` -> ``1h30m``, ``45`` -> ``45s``."""
     total = max(0, round(seconds))
@@ -90,4 +87,4 @@ def read_mark(status: CommitStatus) -> Mark | None:
     found = _MARK.search(status.description)
     if found is None:
         return Mark(Phase.ROLLING_OUT, whole_seconds(status.created_at))
-    return Mark(Phase(found.group(1)), parse_time(found.group(2)))
+    return Mark(Phase(found.group(1)), timefmt.epoch(found.group(2)))

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from components_builders import NOW, healthy, node_obj, pod, pool
 
+from gitops_gpu import timefmt
 from gitops_gpu.components import evidence, ladder, signals
 from gitops_gpu.components.health import Health
 
@@ -33,10 +34,12 @@ def test_accessors() -> None:
 
 
 def test_parse_time() -> None:
-    assert evidence.parse_time("2026-11-29T12:00:00Z") == NOW
-    assert evidence.parse_time("2026-11-29T12:00:00") == NOW  # naive means UTC
-    assert evidence.parse_time("yesterday") is None
-    assert evidence.parse_time(None) is None
+    assert timefmt.parse("2026-11-29T12:00:00Z") == NOW
+    assert timefmt.parse("2026-11-29T12:00:00") == NOW  # naive means UTC
+    assert timefmt.parse("yesterday") is None
+    assert timefmt.parse(None) is None
+    assert timefmt.epoch("2026-11-29T12:00:00Z") == NOW.timestamp()
+    assert timefmt.epoch("not a time") == 0.0
 
 
 def test_selector_string_is_sorted() -> None:
