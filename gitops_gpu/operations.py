@@ -32,7 +32,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
-from gitops_gpu.sync.source import Commit
+from gitops_gpu.sync.source import BranchCommit
 
 
 class NothingToActOnError(GitopsGpuError):
@@ -48,7 +48,7 @@ def connect(cfg: Config, client: kube.Client) -> Controller:
     return ctl
 
 
-def newest(ctl: Controller) -> tuple[list[Commit], CompiledFleet]:
+def newest(ctl: Controller) -> tuple[list[BranchCommit], CompiledFleet]:
     """The history window and the newest commit in it that passes preflight."""
     history = ctl.source.commits(ctl.cfg.history)
     found = next((ctl.compiled_for(c.sha) for c in history if ctl.compiled_for(c.sha)), None)
@@ -272,7 +272,7 @@ def rollback(
 
 
 def _last_success(
-    ctl: Controller, stage: StageSpec, history: Sequence[Commit], current: set[str | None]
+    ctl: Controller, stage: StageSpec, history: Sequence[BranchCommit], current: set[str | None]
 ) -> str | None:
     for c in history:
         st = ctl.backend.latest(c.sha, stage_context(stage.name))

@@ -36,7 +36,10 @@ SSH_KEY_ENV = "GITOPS_GPU_GIT_SSH_KEY_FILE"
 
 
 @dataclass(frozen=True)
-class Commit:
+class BranchCommit:
+    """A commit of the tracked branch as git log shows it (the rollout machine's input is
+    rollout.inputs.Commit: the same sha with its preflight verdict)."""
+
     sha: str
     subject: str
     timestamp: int
@@ -212,7 +215,7 @@ class GitSource:
             return False
         return True
 
-    def commits(self, limit: int = 20) -> list[Commit]:
+    def commits(self, limit: int = 20) -> list[BranchCommit]:
         """The tracked branch's commits, newest first (first-parent history)."""
         out = self.repo.git.log(
             f"refs/remotes/origin/{self.branch}",
@@ -223,7 +226,7 @@ class GitSource:
         commits = []
         for line in out.splitlines():
             sha, ts, subject = line.split("\x00", 2)
-            commits.append(Commit(sha, subject, int(ts)))
+            commits.append(BranchCommit(sha, subject, int(ts)))
         return commits
 
     def resolve(self, rev: str) -> str:
