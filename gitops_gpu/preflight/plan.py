@@ -38,7 +38,7 @@ class ObjectChange:
 
 
 @dataclass(frozen=True)
-class PoolPlan:
+class PoolChanges:
     pool: str
     cluster: str
     changes: tuple[ObjectChange, ...]
@@ -49,7 +49,7 @@ class PoolPlan:
 class StagePlan:
     stage: str
     cluster_changes: tuple[tuple[str, ObjectChange], ...]  # (cluster, ClusterPolicy change)
-    pools: tuple[PoolPlan, ...]
+    pools: tuple[PoolChanges, ...]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Plan:
     base_commit: str
     head_commit: str
     stages: tuple[StagePlan, ...]
-    removed: tuple[PoolPlan, ...]  # pools (and their NVIDIADrivers) gone at head
+    removed: tuple[PoolChanges, ...]  # pools (and their NVIDIADrivers) gone at head
 
     @property
     def empty(self) -> bool:
@@ -125,7 +125,7 @@ def make_plan(base: CompiledFleet | None, head: CompiledFleet) -> Plan:
     claimed: set[str] = set()
     for stage in head.stages:
         cluster_changes: list[tuple[str, ObjectChange]] = []
-        pools: list[PoolPlan] = []
+        pools: list[PoolChanges] = []
         for pool in stage.pools:
             target = head.pool(pool)
             cname = target.cluster
@@ -143,16 +143,16 @@ def make_plan(base: CompiledFleet | None, head: CompiledFleet) -> Plan:
                     cluster_changes.append((cname, cp))
             changes = _pool_changes(pool, old_cluster, new_cluster)
             if changes:
-                pools.append(PoolPlan(pool, cname, changes))
+                pools.append(PoolChanges(pool, cname, changes))
         stages.append(StagePlan(stage.name, tuple(cluster_changes), tuple(pools)))
-    removed: list[PoolPlan] = []
+    removed: list[PoolChanges] = []
     for cname, was in sorted((base.clusters if base else {}).items()):
         now = head.clusters.get(cname)
         for pool in sorted(was.pools):
             if now is None or pool not in now.pools:
                 order = prune.cluster_stages(head, now) if now is not None else []
                 by = prune.pruning_stage(was.pools[pool].stage, order) or was.pools[pool].stage
-                removed.append(PoolPlan(pool, cname, _pool_changes(pool, was, None), by))
+                removed.append(PoolChanges(pool, cname, _pool_changes(pool, was, None), by))
     return Plan(base.commit if base else "", head.commit, tuple(stages), tuple(removed))
 
 
