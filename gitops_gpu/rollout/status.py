@@ -25,6 +25,7 @@ from enum import StrEnum
 
 log = logging.getLogger(__name__)
 
+
 class State(StrEnum):
     PENDING = "pending"
     SUCCESS = "success"
