@@ -3,6 +3,7 @@ compile, plan, apply and a controller pass against the testbed, with no checkout
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -38,10 +39,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    (Path(purelib) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (Path(purelib) / "deps.pth").write_text("".join(f"{d}\n" for d in _dependency_dirs()))
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
     subprocess.run([*pip, str(wheel)], check=True, capture_output=True)
     return env_dir
+
+
+def _dependency_dirs() -> list[str]:
+    """Where this interpreter finds the runtime dependencies (not gitops_gpu itself)."""
+    found = {sysconfig.get_paths()["purelib"]}
+    for name, depth in (("kubernetes", 1), ("git", 1), ("pydantic", 1), ("ruamel.yaml", 2)):
+        found.add(str(Path(str(importlib.import_module(name).__file__)).resolve().parents[depth]))
+    return sorted(found)
 
 
 def _run(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
