@@ -20,6 +20,7 @@ import collections
 import hashlib
 import hmac
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20
 READ_TIMEOUT = 10.0  # seconds a client may take to send its request
 MAX_CONCURRENT_WEBHOOKS = 4
+# After an early answer (413, 400, 404, 503) the rest of the body is read and dropped for at
+# most this long and this much, so the client sees the answer instead of a connection reset.
+LINGER_SECONDS, LINGER_BYTES = 2.0, 4 << 20
 DEDUP_WINDOW = 600.0
 DEDUP_MAX = 4096
 DELIVERY_HEADERS = (
@@ -174,6 +178,22 @@ class ControllerServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _linger(self) -> None:
+                """Stop writing, then drop what the client still sends, bounded: closing a
+                socket with unread input resets it, and the reset can destroy the answer."""
+                try:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_WR)
+                    self.connection.settimeout(LINGER_SECONDS)
+                    left, deadline = LINGER_BYTES, time.monotonic() + LINGER_SECONDS
+                    while left > 0 and time.monotonic() < deadline:
+                        data = self.connection.recv(min(1 << 16, left))
+                        if not data:
+                            break
+                        left -= len(data)
+                except OSError:
+                    pass  # the client went away or was slow: nothing more to do for it
+
             def do_GET(self) -> None:
                 if self.path == "/metrics":
                     self._send(200, generate_latest(server.metrics.registry), CONTENT_TYPE_LATEST)
@@ -190,11 +210,13 @@ class ControllerServer:
                 if self.path != "/webhook" or not server.webhook_enabled:
                     self.close_connection = True
                     self._send(404, b"not found")
+                    self._linger()
                     return
                 if not server._slots.acquire(blocking=False):
                     self.close_connection = True
                     server._rejected("busy")
                     self._send(503, b"busy")
+                    self._linger()
                     return
                 try:
                     self._webhook()
@@ -209,6 +231,7 @@ class ControllerServer:
                     self.close_connection = True
                     server._rejected("too_large" if exc.code == 413 else "malformed")
                     self._send(exc.code, str(exc).encode())
+                    self._linger()
                     return
                 except TimeoutError:
                     self.close_connection = True

@@ -97,6 +97,36 @@ def test_chunked_body_is_capped(served: ControllerServer, hits: list[int]) -> No
     assert _status(reply) == 413 and hits == []
 
 
+def test_a_client_that_keeps_sending_after_the_answer_is_cut_off_in_bounded_time(
+    served: ControllerServer,
+) -> None:
+    head = _request(b"", {"Content-Length": str(100 * server_mod.MAX_BODY)})
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as s:
+        s.sendall(head)
+        started, reply, sent = time.monotonic(), b"", 0
+        s.setblocking(False)
+        while time.monotonic() - started < 10:
+            try:
+                sent += s.send(b"x" * 65536)  # never stops on its own
+            except BlockingIOError:
+                time.sleep(0.01)
+            except OSError:
+                break  # the server closed the connection
+            try:
+                chunk = s.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            reply += chunk
+        took = time.monotonic() - started
+    assert _status(reply) == 413  # the answer arrived, not a reset
+    assert took < server_mod.LINGER_SECONDS + 3  # and the connection did not stay open
+    assert sent <= server_mod.LINGER_BYTES + 8 * (1 << 20)  # nor read without bound
+
+
 def test_chunked_signed_body_is_accepted(served: ControllerServer, hits: list[int]) -> None:
     body = b'{"ref":"refs/heads/main"}'
     chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
