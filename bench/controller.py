@@ -1,199 +1,389 @@
-"""Benchmark the controller at fleet scale (50 pools, 2,000 KWOK nodes) against the naive
-baseline a user would script (git pull + kubectl apply --server-side + kubectl get nodes).
+"""Benchmark `gitops-gpu controller` at fleet scale, and Flux beside it, measured from outside.
 
-    python bench/controller.py [--pools 50] [--nodes-per-pool 40] [--operator real|sim]
+    python bench/controller.py [--pools 125] [--nodes-per-pool 40] [--interval 5]
+                               [--operator sim|real] [--no-peer]
 
-The simulator runs in its own process (`gitops-gpu testbed simulate`) so this process holds
-only the controller: its CPU time and RSS are the controller's. With ``--operator real`` the
-GPU Operator v26.7.0 runs as a process of the testbed (its operand DaemonSets put ~7 KWOK pods
-on every node, which the controller's pod informer holds) and the simulator plays the hosts.
-Known gap: the bench fleet's base is ``fleet.scaffold.minimal_base``, which names no operand
-images; the real operator cannot render operands from it, so with ``--operator real`` the first
-rollout does not converge (seen: not within 15 min at 20 nodes). Default: ``sim``.
-Prints: time for the first rollout to converge, one idle pass (wall, CPU, API requests; target
-no LIST of nodes, < 1 s), commit pushed -> canary objects applied via the webhook (target
-< 2 s), ls-remote calls per poll, RSS (target < 150 MiB), idle CPU at a 5 s poll interval
-(target < 2% of a core).
+Both run as their own processes, each as its own ServiceAccount, on one testbed with the same
+KWOK nodes, fetching the same fleet remote over smart HTTP (`git http-backend`) at the same
+interval. CPU and RSS come from /proc/<pid>; API requests from the apiserver's audit log, per
+identity. Nothing else runs in a timed window but the testbed, the host simulator and the
+bench's pollers (which use the admin identity, not counted).
+
+Prints every figure with its target and exits 1 when one misses or a peer cannot be built or
+run: a figure is printed only when it was measured in this run.
+
+``--operator sim`` is the default at this scale; see SIM_REASON.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import collections
+import shutil
+import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fleetbench import Bench, bench_env, git, node_lists, requests_since, write_fleet
+import fluxpeer
+import outside
+from fleetbench import Bench, bench_env, git, write_fleet
+from githttp import GitHTTP
 
-from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu import kube, names
+from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.render import render_fleet
-from gitops_gpu.metrics import Metrics
+from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.testbed import controlplane
-from gitops_gpu.testbed.build import find_kubectl
+from gitops_gpu.testbed import controlplane, flux_build
+
+SIM_REASON = (
+    "the real GPU Operator runs ~7 operand pods per node (measured: see README, 'Fleet scale'): "
+    "tens of thousands of pods at 5,000 nodes, more than kube-scheduler, kwok and one apiserver "
+    "schedule on 2 shared cores"
+)
+CTL_USER = outside.user(outside.BENCH_NS, "gitops-gpu")
+FLUX_USERS = {
+    "source-controller": outside.user(fluxpeer.NAMESPACE, "source-controller"),
+    "kustomize-controller": outside.user(fluxpeer.NAMESPACE, "kustomize-controller"),
+}
+DRIVERS = ("580.126.20", "580.142.01", "580.159.03")
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+@dataclass
+class Report:
+    rows: list[tuple[str, str, str, bool]] = field(default_factory=list)
 
+    def figure(self, what: str, value: str, target: str = "", ok: bool = True) -> None:
+        self.rows.append((what, value, target, ok))
+        mark = "" if not target else ("  ok" if ok else "  MISSED")
+        print(f"{what:58} {value:>24}  {target}{mark}", flush=True)
 
-def converged(ctl: Controller, sha: str, stages: list[str]) -> bool:
-    return all(
-        (st := ctl.backend.latest(sha, stage_context(s))) is not None and st.state == "success"
-        for s in stages
-    )
+    @property
+    def missed(self) -> list[str]:
+        return [w for w, _v, _t, ok in self.rows if not ok]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pools", type=int, default=50)
+    ap.add_argument("--pools", type=int, default=125)
     ap.add_argument("--nodes-per-pool", type=int, default=40)
+    ap.add_argument("--interval", type=float, default=5.0)
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--operator", choices=("real", "sim"), default="sim")
+    ap.add_argument("--no-peer", action="store_true", help="measure gitops-gpu only")
     args = ap.parse_args()
-    with bench_env(args.pools, args.nodes_per_pool, args.operator) as bench:
-        simulate = subprocess.Popen(
+    # `timeout` and CI send SIGTERM: unwind, so the testbed and the controllers are stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.operator == "sim":
+        print(f"GPU Operator: simulated ({SIM_REASON})")
+    binaries = None
+    if not args.no_peer:
+        try:
+            binaries = flux_build.ensure_flux()
+        except GitopsGpuError as exc:
+            print(f"peer: Flux {flux_build.FLUX_VERSION} cannot be built: {exc}", file=sys.stderr)
+            return 1
+    users = [CTL_USER, *FLUX_USERS.values()]
+    report = Report()
+    with bench_env(
+        args.pools, args.nodes_per_pool, args.operator, audit=outside.audit_args, users=users
+    ) as bench:
+        sim = subprocess.Popen(
             controlplane.simulator_argv(
                 bench.root / "testbed", 1, plays_operator=args.operator == "sim"
             ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        server = GitHTTP(bench.bare.parent)
+        git(bench.bare, "config", "http.receivepack", "true")
         try:
-            run(bench, args)
+            audit = outside.AuditLog(bench.root / "audit.log")
+            ours(bench, args, server, audit, report)
+            if binaries is not None:
+                peer(bench, args, server, audit, report, binaries)
         finally:
-            simulate.terminate()
-            simulate.wait(30)
+            server.stop()
+            sim.terminate()
+            sim.wait(30)
+    if report.missed:
+        print(f"MISSED: {', '.join(report.missed)}")
+        return 1
     return 0
 
 
-def run(b: Bench, args: argparse.Namespace) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
+    """Seconds until ``check()``; raises when ``timeout`` passes first."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(step)
+    return time.monotonic() - start
+
+
+def per_interval(reqs: collections.Counter[str], seconds: float, interval: float) -> float:
+    return sum(reqs.values()) / (seconds / interval)
+
+
+def fmt(reqs: collections.Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(reqs.items()))
+
+
+# --- gitops-gpu ---------------------------------------------------------------------------------
+
+
+def ours(
+    b: Bench, args: argparse.Namespace, server: GitHTTP, audit: outside.AuditLog, report: Report
+) -> None:
     client = b.tb.client
+    kubeconfig = outside.identity_kubeconfig(
+        client, b.tb.state.kubeconfig, outside.BENCH_NS, "gitops-gpu"
+    )
     sha = git(b.work, "rev-parse", "HEAD")
-    cfg = Config(repo=str(b.bare), cache_dir=b.root / "ctl", interval=5.0)
-    ctl = Controller(cfg, client, metrics=Metrics())
-    ctl.start_informers()
-    stages = ["canary", "fleet"]
-    t = time.perf_counter()
-    passes = 0
-    while not converged(ctl, sha, stages):
-        ctl.run_pass()
-        passes += 1
-        time.sleep(0.5)
-    print(
-        f"first rollout ({args.pools} pools, both stages success): "
-        f"{time.perf_counter() - t:.1f}s in {passes} passes"
+    watcher = b.root / "watcher"
+    subprocess.run(["git", "clone", "-q", str(b.bare), str(watcher)], check=True)
+    notes = GitNotesBackend(watcher)
+    port = controlplane.free_port()
+    log = (b.root / "controller.log").open("wb")
+    argv = [
+        sys.executable, "-m", "gitops_gpu", "controller",
+        "--repo", server.url(b.bare.name),
+        "--kubeconfig", str(kubeconfig),
+        "--interval", f"{args.interval}s",
+        "--metrics-addr", f"127.0.0.1:{port}",
+        "--webhook-insecure",
+        "--cache-dir", str(b.root / "ctl"),
+    ]  # fmt: skip
+    started = time.time()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        stages = ["canary", "fleet"]
+        marks = rollout_marks(client, notes, sha, stages, args.pools, started, 1800)
+        total = marks["fleet success"]
+        report.figure(
+            f"gitops-gpu first rollout ({args.pools} pools, both stages success)",
+            f"{total:.1f}s",
+        )
+        report.figure("  where it went", ", ".join(f"{k} at {v:.1f}s" for k, v in marks.items()))
+        writes = audit.count({CTL_USER}, started, started + total)
+        patches = writes.get("patch nodes", 0)
+        report.figure("  controller requests during it", f"{sum(writes.values())}")
+        most = collections.Counter(dict(writes.most_common(6)))
+        print(f"    node PATCHes {patches}; most: {fmt(most)}")
+        time.sleep(2 * args.interval)  # the statuses' own pass, then quiet
+        t0 = time.time()
+        idle = outside.idle([proc.pid], args.idle_seconds)
+        reqs = audit.count({CTL_USER}, t0, t0 + idle.seconds)
+        report.figure(
+            "gitops-gpu idle RSS", f"{idle.rss_mib:.0f} MiB", "< 150 MiB", idle.rss_mib < 150
+        )
+        report.figure(
+            f"gitops-gpu idle CPU at {args.interval:.0f}s polls",
+            f"{idle.cpu_pct:.2f}% of a core",
+            "< 1%",
+            idle.cpu_pct < 1,
+        )
+        per = per_interval(reqs, idle.seconds, args.interval)
+        report.figure("gitops-gpu API requests per idle pass", f"{per:.1f}", "<= 4", per <= 4.05)
+        print(f"    in {idle.seconds:.0f}s: {fmt(reqs)}")
+        lists = node_lists_after_start(audit, CTL_USER, started)
+        report.figure("gitops-gpu node LISTs after start", str(lists), "0", lists == 0)
+        polls = server.polls.copy()
+        time.sleep(args.interval * 4)
+        report.figure(
+            "gitops-gpu ref advertisements per poll",
+            f"{(server.polls['git'] - polls['git']) / 4:.1f}",
+        )
+        # Commit -> canary objects applied: through the webhook.
+        write_fleet(b.work, args.pools, driver=DRIVERS[1])
+        new = b.commit("bump driver")
+        canary = sorted(compile_fleet(load_repo(b.work), new).stage("canary").pools)[0]
+        t = time.monotonic()
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{port}/webhook", data=b"{}", method="POST"),
+            timeout=10,
+        ).read()
+        wait_for("canary applied", lambda: carries(client, canary, new), 120)
+        took = time.monotonic() - t
+        report.figure(
+            "gitops-gpu commit -> canary applied (webhook)", f"{took:.2f}s", "< 2s", took < 2
+        )
+        # (The bump's own rollout is not waited for: the next commit supersedes it.)
+        # Commit -> canary applied by polling alone (no webhook).
+        write_fleet(b.work, args.pools, driver=DRIVERS[2])
+        polled = b.commit("bump driver again")
+        took = wait_for("canary applied", lambda: carries(client, canary, polled), 120)
+        report.figure(
+            "gitops-gpu commit -> canary applied (polling)",
+            f"{took:.2f}s",
+            f"<= {args.interval + 2:.0f}s",
+            took <= args.interval + 2,
+        )
+        rollout_marks(client, notes, polled, stages, args.pools, time.time(), 1800)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def carries(client: kube.Client, pool: str, sha: str) -> bool:
+    drv = client.get(*names.NVIDIA_DRIVER_API, pool) or {}
+    return bool(
+        (drv.get("metadata") or {}).get("annotations", {}).get(names.COMMIT_ANNOTATION) == sha
     )
 
-    walls, cpus, reqs = [], [], {}
-    ls0 = ctl.source.ls_remote_calls
-    fetch0 = ctl.source.fetch_calls
-    for _ in range(5):
-        before = client.requests.copy()
-        w0, c0 = time.perf_counter(), time.process_time()
-        report = ctl.run_pass()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-        reqs = requests_since(client, before)
-        assert report.result == "ok" and report.applied == 0, report
-    print(
-        f"idle pass: wall {statistics.median(walls):.3f}s, CPU {statistics.median(cpus):.3f}s "
-        f"(median of 5); {sum(reqs.values())} API requests, node LISTs={node_lists(reqs)}: {reqs}"
-    )
-    print(
-        f"ls-remote per poll: {(ctl.source.ls_remote_calls - ls0) / 5:.1f}, "
-        f"fetches: {ctl.source.fetch_calls - fetch0} (nothing changed)"
-    )
 
-    # The loop with a webhook, idle first: CPU and RSS over 30 s at 5 s polls.
-    probes = Probes()
-    server = ControllerServer(
-        "127.0.0.1:0", ctl.metrics, probes, ctl.trigger, webhook_insecure=True
-    ).start()
-    stop = threading.Event()
-    loop = threading.Thread(
-        target=ctl.run, args=(stop,), kwargs={"on_pass": lambda _r: probes.beat()}, daemon=True
-    )
-    loop.start()
-    time.sleep(6)
-    ls0, c0, w0 = ctl.source.ls_remote_calls, time.process_time(), time.perf_counter()
-    time.sleep(30)
-    wall = time.perf_counter() - w0
-    print(
-        f"idle loop at 5s polls: CPU {100 * (time.process_time() - c0) / wall:.2f}% of a core, "
-        f"{ctl.source.ls_remote_calls - ls0} ls-remote in {wall:.0f}s, RSS {rss_mib():.0f} MiB"
-    )
-    # Push, POST /webhook, time until the canary pool's driver carries the commit.
-    write_fleet(b.work, args.pools, driver="580.142.01")
-    new = b.commit("bump driver")
-    t = time.perf_counter()
-    urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://127.0.0.1:{server.port}/webhook", data=b"{}", method="POST"
-        ),
-        timeout=5,
-    ).read()
-    canary = sorted(compile_fleet(load_repo(b.work), new).stage("canary").pools)[0]
-    while True:
-        drv = client.get(*names.NVIDIA_DRIVER_API, canary)
-        if drv and drv["metadata"]["annotations"].get(names.COMMIT_ANNOTATION) == new:
-            break
-        time.sleep(0.02)
-    print(f"commit pushed -> canary objects applied (webhook): {time.perf_counter() - t:.2f}s")
-    stop.set()
-    ctl.trigger()
-    loop.join(60)
-    server.stop()
-    naive(b, new)
+def rollout_marks(
+    client: kube.Client,
+    notes: GitNotesBackend,
+    sha: str,
+    stages: list[str],
+    pools: int,
+    since: float,
+    timeout: float,
+) -> dict[str, float]:
+    """Seconds from ``since`` (unix) to each milestone of a rollout, seen from outside."""
+    marks: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while len(marks) < 2 + len(stages):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rollout of {sha[:12]}: only {marks} in {timeout:.0f}s")
+        now = time.time() - since
+        drivers = client.list(*names.NVIDIA_DRIVER_API)["items"]
+        on = sum(
+            1
+            for d in drivers
+            if (d["metadata"].get("annotations") or {}).get(names.COMMIT_ANNOTATION) == sha
+        )
+        if on and "first objects applied" not in marks:
+            marks["first objects applied"] = now
+        if on == pools and "all objects applied" not in marks:
+            marks["all objects applied"] = now
+        notes.refresh()
+        for stage in stages:
+            st = notes.latest(sha, stage_context(stage))
+            key = f"{stage} success"
+            if st is not None and st.state == "success" and key not in marks:
+                marks[key] = now
+            if st is not None and st.state in ("failure", "error"):
+                raise RuntimeError(f"stage {stage}: {st.state}: {st.description}")
+        time.sleep(1)
+    return dict(sorted(marks.items(), key=lambda kv: kv[1]))
 
 
-def naive(b: Bench, sha: str) -> None:
-    """What a user would script: git pull, kubectl apply --server-side, kubectl get nodes."""
-    kubectl = str(find_kubectl())
-    clone = b.root / "naive"
-    subprocess.run(["git", "clone", "-q", str(b.bare), str(clone)], check=True)
-    out = b.root / "compiled"
-    for rel, text in render_fleet(compile_fleet(load_repo(clone), sha)).items():
+def node_lists_after_start(audit: outside.AuditLog, user: str, started: float) -> int:
+    """LISTs of nodes by ``user`` after its node informer first watched."""
+    audit.read()
+    mine = [(t, v, r) for t, u, v, r in audit.events if u == user and r == "nodes" and t >= started]
+    first_watch = min((t for t, v, _r in mine if v == "watch"), default=None)
+    if first_watch is None:
+        return -1
+    return sum(1 for t, v, _r in mine if v == "list" and t > first_watch)
+
+
+# --- the peer: Flux -----------------------------------------------------------------------------
+
+
+def compiled_branch(b: Bench, flux_work: Path, sha: str, branch: str = "compiled") -> None:
+    """Commit `gitops-gpu compile` output of the fleet at ``sha`` (no node-label sets: they are
+    not Kubernetes objects) to ``branch`` of the fleet remote."""
+    if not flux_work.exists():
+        subprocess.run(["git", "clone", "-q", str(b.bare), str(flux_work)], check=True)
+        git(flux_work, "checkout", "-q", "--orphan", branch)
+        git(flux_work, "config", "user.email", "bench@example.com")
+        git(flux_work, "config", "user.name", "bench")
+    for old in flux_work.iterdir():
+        if old.name != ".git":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    git(b.work, "checkout", "-q", sha)
+    try:
+        rendered = render_fleet(compile_fleet(load_repo(b.work), sha))
+    finally:
+        git(b.work, "checkout", "-q", "main")
+    for rel, text in rendered.items():
         if "node-labels" in rel:
             continue
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(text)
-    # HOME: kubectl keeps its discovery cache there (without it, in the current directory).
-    env = {"KUBECONFIG": b.tb.kubeconfig, "PATH": "/usr/bin:/bin", "HOME": str(b.root)}
-    steps = {
-        "git pull": ["git", "-C", str(clone), "pull", "-q"],
-        "kubectl apply --server-side": [
-            kubectl,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager",
-            "naive",
-            "-R",
-            "-f",
-            str(out),
-        ],
-        "kubectl get nodes -o json": [kubectl, "get", "nodes", "-o", "json"],
+        (flux_work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (flux_work / rel).write_text(text)
+    git(flux_work, "add", "-A")
+    git(flux_work, "commit", "-qm", f"compiled {sha[:12]}")
+    git(flux_work, "push", "-q", "origin", f"HEAD:{branch}")
+
+
+def peer(
+    b: Bench,
+    args: argparse.Namespace,
+    server: GitHTTP,
+    audit: outside.AuditLog,
+    report: Report,
+    binaries: dict[str, Path],
+) -> None:
+    client = b.tb.client
+    crds = fluxpeer.install_crds(client)
+    fluxpeer.wait_established(client)
+    kubeconfigs = {
+        name: outside.identity_kubeconfig(client, b.tb.state.kubeconfig, fluxpeer.NAMESPACE, name)
+        for name in FLUX_USERS
     }
-    total = 0.0
-    for what, cmd in steps.items():
-        t = time.perf_counter()
-        subprocess.run(cmd, check=True, env=env, capture_output=True)
-        took = time.perf_counter() - t
-        total += took
-        print(f"naive baseline: {what:30} {took:6.2f}s")
-    print(f"naive baseline, one idle pass in all: {total:.2f}s (every pass LISTs all nodes)")
+    flux_work = b.root / "flux-compiled"
+    compiled_branch(b, flux_work, git(b.work, "rev-parse", "HEAD"))
+    head = git(flux_work, "rev-parse", "HEAD")
+    interval = f"{args.interval:.0f}s"
+    started = time.time()
+    with fluxpeer.running(binaries, kubeconfigs, b.root / "flux") as flux:
+        for obj in fluxpeer.objects(server.url(b.bare.name), "compiled", interval):
+            fluxpeer.create(client, obj)
+        try:
+            took = wait_for(
+                "Flux first apply", lambda: head in fluxpeer.applied_revision(client), 240, 0.2
+            )
+        except TimeoutError:
+            print(fluxpeer.log_tail(flux), file=sys.stderr)
+            report.figure(f"Flux {flux_build.FLUX_VERSION} first apply", "none", "applies", False)
+            return
+        report.figure(
+            f"Flux {flux_build.FLUX_VERSION} ({crds} CRD files) first apply", f"{took:.1f}s"
+        )
+        time.sleep(2 * args.interval)
+        t0 = time.time()
+        idle = outside.idle(flux.pids, args.idle_seconds)
+        per_ctl = {
+            name: outside.idle([pid], 0.0) for name, pid in zip(flux.procs, flux.pids, strict=True)
+        }
+        reqs = audit.count(set(FLUX_USERS.values()), t0, t0 + idle.seconds)
+        rss = " + ".join(f"{s.rss_mib:.0f}" for s in per_ctl.values())
+        report.figure("Flux idle RSS (source + kustomize)", f"{idle.rss_mib:.0f} MiB ({rss})")
+        report.figure(f"Flux idle CPU at {interval} intervals", f"{idle.cpu_pct:.2f}% of a core")
+        per = per_interval(reqs, idle.seconds, args.interval)
+        report.figure("Flux API requests per interval", f"{per:.1f}")
+        print(f"    in {idle.seconds:.0f}s: {fmt(reqs)}")
+        lists = audit.count(set(FLUX_USERS.values()), started, time.time())["list nodes"]
+        report.figure("Flux node LISTs after start", str(lists))
+        # Commit -> objects applied, polling only (no notification-controller, no Receiver).
+        write_fleet(b.work, args.pools, driver=DRIVERS[1])
+        bumped = b.commit("bump driver for the peer")
+        compiled_branch(b, flux_work, bumped)
+        canary = sorted(compile_fleet(load_repo(b.work), bumped).stage("canary").pools)[0]
+        try:
+            took = wait_for("Flux applies the bump", lambda: carries(client, canary, bumped), 120)
+        except TimeoutError:
+            print(fluxpeer.log_tail(flux), file=sys.stderr)
+            report.figure("Flux commit -> objects applied (polling)", "none", "applies", False)
+            return
+        report.figure("Flux commit -> objects applied (polling; no Receiver built)", f"{took:.2f}s")
 
 
 if __name__ == "__main__":

@@ -251,6 +251,8 @@ def _start_apiserver(bins: Binaries, state: State, token: str, die: bool) -> Non
                 "--enable-priority-and-fairness=false",
                 "--storage-media-type=application/json",
                 "--v=0",
+                # bench/controller.py counts requests per identity from an audit log.
+                *os.environ.get("GITOPS_GPU_APISERVER_ARGS", "").split(),
             ],
             state,
             die_with_parent=die,
@@ -294,6 +296,7 @@ def _start_kcm(bins: Binaries, state: State, die: bool) -> None:
                 "--kube-api-burst=400",
                 f"--cert-dir={pki / 'kcm'}",
                 "--v=0",
+                *os.environ.get("GITOPS_GPU_KCM_ARGS", "").split(),  # bench: node grace period
             ],
             state,
             die_with_parent=die,
@@ -352,6 +355,7 @@ def _start_kwok(bins: Binaries, state: State, die: bool) -> None:
             "--node-lease-duration-seconds=40",
             f"--node-ip={LOOPBACK}",
             *configs,
+            *os.environ.get("GITOPS_GPU_KWOK_ARGS", "").split(),  # bench: lease duration
         ],
         state,
         die_with_parent=die,
