@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gitops_gpu import paths
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.render import render_fleet
@@ -96,7 +97,7 @@ def main() -> int:
         times = []
         for _ in range(args.runs):
             start = time.perf_counter()
-            result = run_preflight(root, commit="bench")
+            result = run_preflight(root, commit="bench", crds_dir=paths.default_crds_dir())
             times.append(time.perf_counter() - start)
         if has_errors(result.findings):
             print("\n".join(f.text() for f in result.findings), file=sys.stderr)

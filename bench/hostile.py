@@ -40,8 +40,9 @@ failures: list[str] = []
 
 def run_check(path: Path) -> tuple[int, str, int, float]:
     t = time.perf_counter()
+    crds = str(paths.default_crds_dir())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gitops_gpu", "check", str(path)],
+        [sys.executable, "-m", "gitops_gpu", "check", str(path), "--crds", crds],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -68,19 +69,25 @@ def check_cases() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rc, out, base, secs = run_check(fresh_fleet(Path(tmp) / "base"))
         print(f"{'baseline (example fleet)':34} exit {rc}  peak {base >> 20:4d} MiB  {secs:5.2f}s")
+        if rc != 0:  # a check that did not run measures nothing
+            failures.append(f"check of the example fleet exited {rc}: {out.strip()[-300:]}")
         for i, case in enumerate(CASES):
             work = fresh_fleet(Path(tmp) / f"c{i}")
             case.edit(work)
             rc, out, rss, secs = run_check(work)
             extra = rss - base
-            verdict = "ok" if "Traceback" not in out and extra < EXTRA_LIMIT else "MISS"
+            # exit 0: passes, 1: refused with findings; 2 would mean the check never ran
+            expected = 0 if case.message is None else 1
+            ok = "Traceback" not in out and extra < EXTRA_LIMIT and rc == expected
+            verdict = "ok" if ok else "MISS"
             print(
                 f"{case.name:34} exit {rc}  peak {rss >> 20:4d} MiB (+{extra >> 20} MiB)  "
                 f"{secs:5.2f}s  {verdict}"
             )
             if verdict != "ok":
                 failures.append(
-                    f"check {case.name}: +{extra >> 20} MiB, traceback={'Traceback' in out}"
+                    f"check {case.name}: exit {rc} (expected {expected}), +{extra >> 20} MiB, "
+                    f"traceback={'Traceback' in out}"
                 )
 
 
