@@ -163,10 +163,6 @@ class Observer:
                 ph = self.pool_health(compiled, pool, snap, members)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
-                # A degraded node is the cause to name; a node still upgrading only if none is.
-                failing = next(
-                    (n.reason for n in ph.nodes if n.health is Health.DEGRADED), None
-                ) or next((n.reason for n in ph.nodes if n.health is not Health.HEALTHY), None)
                 out[pool] = PoolObservation(
                     pool=pool,
                     commit=commit,
@@ -175,7 +171,7 @@ class Observer:
                     nodes_healthy=ph.count(Health.HEALTHY),
                     nodes_unhealthy=ph.count(Health.DEGRADED),
                     nodes_progressing=ph.count(Health.PROGRESSING),
-                    first_failure=failing,
+                    first_failure=ph.first_failure,
                     summary=f"on {version}" if version else "",
                 )
                 if ops is not None and ops.operands.daemonsets:

@@ -87,6 +87,14 @@ class PoolHealth:
     def count(self, health: Health) -> int:
         return self.counts.get(health, 0)
 
+    @property
+    def first_failure(self) -> str | None:
+        """The cause to name for the pool: a degraded node's reason first, a node still
+        progressing (or unknown) only when none is degraded."""
+        return next((n.reason for n in self.nodes if n.health is Health.DEGRADED), None) or next(
+            (n.reason for n in self.nodes if n.health is not Health.HEALTHY), None
+        )
+
 
 def aggregate(pool: str, nodes: Iterable[NodeHealth]) -> PoolHealth:
     """Worst-of over the pool's nodes, with counts; a pool with no nodes is Unknown."""

@@ -47,3 +47,12 @@ def test_worst_of_and_counts(healths: list[Health]) -> None:
     assert pool.health is max(healths)
     assert pool.total == len(healths)
     assert all(pool.count(h) == healths.count(h) for h in Health)
+
+
+def test_the_pool_names_a_degraded_node_before_one_still_upgrading() -> None:
+    # "a" sorts first and is only upgrading; "b" is what is actually wrong
+    pool = aggregate("p", [node("b", Health.DEGRADED), node("a", Health.PROGRESSING)])
+    assert pool.first_failure == f"x: {Health.DEGRADED}"
+    upgrading = aggregate("p", [node("b", Health.HEALTHY), node("a", Health.PROGRESSING)])
+    assert upgrading.first_failure == f"x: {Health.PROGRESSING}"
+    assert aggregate("p", [node("a", Health.HEALTHY)]).first_failure is None
