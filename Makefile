@@ -6,10 +6,11 @@ PYTHON ?= python3
 
 .PHONY: setup prometheus binaries check test unit demo demo-clusters bench clean format
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e ./dev
 	@touch $(STAMP)
 
 setup: $(STAMP) prometheus
@@ -26,16 +27,16 @@ prometheus:
 # proxy into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them.
 binaries: setup
 	$(PY) -m gitops_gpu testbed build
-	$(PY) -m gitops_gpu.testbed.helm
+	$(PY) -m gitops_gpu_dev.testbed.helm
 
 check: setup
-	$(VENV)/bin/ruff format --check gitops_gpu tests bench
-	$(VENV)/bin/ruff check gitops_gpu tests bench
+	$(VENV)/bin/ruff format --check gitops_gpu dev tests bench
+	$(VENV)/bin/ruff check gitops_gpu dev tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format gitops_gpu tests bench
-	$(VENV)/bin/ruff check --fix gitops_gpu tests bench
+	$(VENV)/bin/ruff format gitops_gpu dev tests bench
+	$(VENV)/bin/ruff check --fix gitops_gpu dev tests bench
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitops_gpu import paths
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.render import render_fleet
@@ -25,6 +24,7 @@ from gitops_gpu.fleet.scaffold import overlay, write_repo
 from gitops_gpu.fleet.yamlio import load_file
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import has_errors
+from gitops_gpu_dev import paths
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHAPES = [

@@ -42,7 +42,7 @@ from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import controlplane, flux_build
+from gitops_gpu_dev.testbed import controlplane, flux_build
 
 SIM_REASON = (
     "the real GPU Operator runs ~7 operand pods per node (measured: see README, 'Fleet scale'): "

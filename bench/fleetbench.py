@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gitops_gpu import kube
 from gitops_gpu.fleet.scaffold import minimal_base, write_repo
-from gitops_gpu.testbed import nodes, session
+from gitops_gpu_dev.testbed import nodes, session
 
 # kwok renews each node's Lease every 10 s by default: 500 writes/s at 5,000 nodes, which two
 # shared cores cannot keep up with, so kube-controller-manager marked nodes NotReady and

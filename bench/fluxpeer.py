@@ -1,5 +1,5 @@
 """The peer: Flux's source-controller and kustomize-controller, built by
-``gitops_gpu.testbed.flux_build`` and run as processes against the bench's testbed, each as its
+``gitops_gpu_dev.testbed.flux_build`` and run as processes against the bench's testbed, each as its
 own ServiceAccount, with the args of Flux's default Deployments (addresses on 127.0.0.1; no
 leader election, see below; no notification-controller, so no events address and no Receiver:
 polling only). Only the
@@ -19,7 +19,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from gitops_gpu import kube
-from gitops_gpu.testbed import controlplane, flux_build
+from gitops_gpu_dev.testbed import controlplane, flux_build
 
 NAMESPACE = "flux-system"
 SOURCE_API = ("source.toolkit.fluxcd.io/v1", "GitRepository")

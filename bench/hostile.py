@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 from fleetbench import bench_env, git  # noqa: E402
 from hostile_cases import CASES  # noqa: E402
 
-from gitops_gpu import paths  # noqa: E402
+from gitops_gpu_dev import paths  # noqa: E402
 
 EXTRA_LIMIT = 256 << 20
 SECRET = b"bench-secret"

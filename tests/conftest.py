@@ -21,10 +21,10 @@ from forge_fixtures import (  # noqa: F401 (fixtures: the real Gitea)
 )
 from prometheus_fixtures import prombed  # noqa: F401 (fixture: a real Prometheus)
 
-from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.preflight import crd_source
-from gitops_gpu.testbed import session
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import session
 
 # Preflight's CRDs default to nothing in an installed copy; tests check against the upstream
 # ones in ../shared (as the README's commands do), and subprocesses inherit this.

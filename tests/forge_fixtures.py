@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import controlplane, gitea
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import controlplane, gitea
 
 FORGE_DIR = Path(
     (os.environ.get("GITOPS_GPU_TESTBED_DIR") or str(paths.PROJECT_ROOT / ".testbed" / "pytest"))

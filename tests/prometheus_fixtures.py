@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu.testbed import controlplane, nodes
-from gitops_gpu.testbed import prometheus as prom
-from gitops_gpu.testbed.dcgm import DcgmExporters
-from gitops_gpu.testbed.operator_sim import FAULT_ANN
+from gitops_gpu_dev.testbed import controlplane, nodes
+from gitops_gpu_dev.testbed import prometheus as prom
+from gitops_gpu_dev.testbed.dcgm import DcgmExporters
+from gitops_gpu_dev.testbed.operator_sim import FAULT_ANN
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

@@ -7,14 +7,16 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from gitops_gpu import logs
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import GitopsGpuError
 
-# Command modules, in the order `--help` lists them. Missing ones are skipped so a partial
-# checkout still runs the commands it has.
-COMMAND_MODULES = ("check", "sync", "nodes", "agent", "rollout", "controller", "demo", "testbed")
+# Command modules, in the order `--help` lists them.
+COMMAND_MODULES = ("check", "sync", "nodes", "agent", "rollout", "controller")
+# Commands other distributions add (the dev tools: `testbed`, `demo`): name -> module.
+PLUGIN_GROUP = "gitops_gpu.commands"
 # command -> the module that registers it: a run imports only its own command's module, so
 # `gitops-gpu controller` never loads the testbed or the demo (tests keep this table honest).
 COMMANDS = {
@@ -30,9 +32,12 @@ COMMANDS = {
     "resume": "rollout",
     "rollback": "rollout",
     "controller": "controller",
-    "demo": "demo",
-    "testbed": "testbed",
 }
+
+
+def plugins() -> dict[str, str]:
+    """Commands installed by other distributions (entry points), name -> module."""
+    return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
 
 
 def _command(argv: Sequence[str]) -> str | None:
@@ -42,7 +47,7 @@ def _command(argv: Sequence[str]) -> str | None:
         if word == "--log-format":
             next(words, None)  # its value
         elif not word.startswith("-"):
-            return word if word in COMMANDS else None
+            return word
     return None
 
 
@@ -57,14 +62,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="json: one JSON object per log line (structured logs)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    if command in COMMANDS:
+        modules = [f"gitops_gpu.cli.{COMMANDS[command]}"]
+    else:
+        extra = plugins()
+        core = [f"gitops_gpu.cli.{m}" for m in COMMAND_MODULES]
+        modules = [extra[command]] if command in extra else core + sorted(set(extra.values()))
     for name in modules:
         try:
-            module = importlib.import_module(f"gitops_gpu.cli.{name}")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == f"gitops_gpu.cli.{name}":
-                continue
-            raise
+            if name.startswith("gitops_gpu.") or exc.name != name.split(".")[0]:
+                raise
+            continue  # a plugin's metadata without its code (a half-removed dev install)
         module.register(sub)
     return parser
 

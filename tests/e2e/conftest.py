@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from e2e_harness import OPERATOR, Env
 
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import nodes, operator, operator_build, simulator
-from gitops_gpu.testbed.reports import SnapshotReports
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes, operator, operator_build, simulator
+from gitops_gpu_dev.testbed.reports import SnapshotReports
+from gitops_gpu_dev.testbed.session import Testbed
 
 FAST_GATE = {"soak": "1s", "timeout": "60s"}
 OPERATOR = os.environ.get("GITOPS_GPU_E2E_OPERATOR", "real")

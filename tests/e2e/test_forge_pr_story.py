@@ -19,14 +19,14 @@ from types import SimpleNamespace
 import pytest
 from e2e_harness import Env, RunningController, fast_gates, set_driver
 
-from gitops_gpu import paths
 from gitops_gpu.cli import main
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.testbed import gitea
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import gitea
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.e2e
 STAGES = ("canary", "inference", "training")

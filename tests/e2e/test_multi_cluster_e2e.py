@@ -28,14 +28,15 @@ import pytest
 from e2e_harness import FAST_GATE, Env, set_driver
 from ruamel.yaml import YAML
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.cli import main
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import gitea, nodes, session, simulator
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.reports import SnapshotReports
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import gitea, nodes, session, simulator
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.reports import SnapshotReports
 
 pytestmark = pytest.mark.e2e
 POOLS = {"canary": "a", "infer-l40s": "a", "train-h100": "b"}

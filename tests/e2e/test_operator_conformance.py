@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from e2e_harness import Env, fast_gates, set_driver
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.cli import main
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.e2e
 STAGES = ("canary", "inference", "training")

@@ -10,7 +10,7 @@ from e2e_harness import Env, fast_gates, set_driver
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
-from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed import operator_sim as sim
 
 pytestmark = pytest.mark.e2e
 STAGES = ("canary", "inference", "training")

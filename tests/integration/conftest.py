@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gitops_gpu.testbed import operator
+from gitops_gpu_dev.testbed import operator
 
 
 @pytest.fixture(autouse=True)

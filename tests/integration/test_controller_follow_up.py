@@ -12,7 +12,7 @@ import pytest
 
 from gitops_gpu.controller import FOLLOW_UP_SECONDS, Config, Controller
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from gitops_gpu.controller import Config, Controller
 from gitops_gpu.errors import KubeError
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT
 from gitops_gpu.sync.trust import Verdict, untrusted
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from test_deploy_grants import (
 
 from gitops_gpu import kube, names
 from gitops_gpu.agent import publish
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 __all__ = ["installed"]  # a fixture, used by name

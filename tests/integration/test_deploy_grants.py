@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 Obj = dict[str, Any]
 NS = "gitops-gpu"

@@ -40,10 +40,10 @@ from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.sync import operands, smoke
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.reports import SnapshotReports
-from gitops_gpu.testbed.session import Testbed
-from gitops_gpu.testbed.simulator import Simulator
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.reports import SnapshotReports
+from gitops_gpu_dev.testbed.session import Testbed
+from gitops_gpu_dev.testbed.simulator import Simulator
 
 pytestmark = pytest.mark.integration
 __all__ = ["installed"]  # a fixture, used by name

@@ -25,7 +25,7 @@ from gitops_gpu.controller import Config, Controller
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.server import ControllerServer, Probes
 from gitops_gpu.sync.source import TOKEN_ENV
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 TOKEN = "ghp_GITOPSGPU_FAKE_TOKEN_123456"

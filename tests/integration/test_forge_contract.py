@@ -30,7 +30,7 @@ from gitops_gpu.rollout.status import (
     CommitStatus,
     stage_context,
 )
-from gitops_gpu.testbed import gitea
+from gitops_gpu_dev.testbed import gitea
 
 FAKE_TOKEN = "tok_FAKE_contract_DO_NOT_LEAK"
 FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"

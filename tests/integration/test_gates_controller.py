@@ -19,13 +19,13 @@ from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.phases import read_mark
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.sync import smoke
-from gitops_gpu.testbed import controlplane, device_plugin, nodes
-from gitops_gpu.testbed import prometheus as prom
-from gitops_gpu.testbed.dcgm import DcgmExporters, kube_nodes
-from gitops_gpu.testbed.operator_sim import FAULT_ANN
-from gitops_gpu.testbed.reports import SnapshotReports
-from gitops_gpu.testbed.session import Testbed
-from gitops_gpu.testbed.simulator import Simulator
+from gitops_gpu_dev.testbed import controlplane, device_plugin, nodes
+from gitops_gpu_dev.testbed import prometheus as prom
+from gitops_gpu_dev.testbed.dcgm import DcgmExporters, kube_nodes
+from gitops_gpu_dev.testbed.operator_sim import FAULT_ANN
+from gitops_gpu_dev.testbed.reports import SnapshotReports
+from gitops_gpu_dev.testbed.session import Testbed
+from gitops_gpu_dev.testbed.simulator import Simulator
 
 IMAGE = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
 XID = 'max(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$nodes"})'

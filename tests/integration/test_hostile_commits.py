@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from hostile_cases import CASES, Case, crafted_escape_commit, git
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 EXTRA_RSS_LIMIT = 256 << 20

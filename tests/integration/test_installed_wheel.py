@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheel_build import build_wheel
 
-from gitops_gpu import paths
 from gitops_gpu.preflight import crd_source
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +28,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with only the wheel installed; third-party deps come from this venv's
     site-packages through a .pth (no index needed), never gitops_gpu itself."""
     root = tmp_path_factory.mktemp("installed")
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist")]
-    subprocess.run([*build, str(paths.PROJECT_ROOT)], check=True, capture_output=True)
-    (wheel,) = (root / "dist").glob("gitops_gpu-*.whl")
+    wheel = build_wheel(root / "wheel")
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -77,6 +76,11 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
         check=True,
     )
     assert out.stdout.startswith(str(installed)), out.stdout
+    # the dev tools are not in the wheel: no testbed, no demo
+    dev = [str(installed / "bin" / "python"), "-c", "import gitops_gpu_dev"]
+    assert subprocess.run(dev, cwd=tmp_path, capture_output=True, check=False).returncode != 0
+    testbed = _run(installed, tmp_path, "testbed", "down", "--dir", str(tmp_path / "tb"))
+    assert testbed.returncode == 2 and "invalid choice: 'testbed'" in testbed.stderr
 
 
 def test_check_compile_plan_apply_and_a_pass_from_the_installed_wheel(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from gitops_gpu.leader import LEASE_API, LeaseLock
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 NAME = "election-test"

@@ -20,11 +20,11 @@ import pytest
 from prometheus_fixtures import PromBed, need
 from ruamel.yaml import YAML
 
-from gitops_gpu import deploy_render
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.testbed import helm
-from gitops_gpu.testbed import prometheus as prom
+from gitops_gpu_dev import deploy_render
+from gitops_gpu_dev.testbed import helm
+from gitops_gpu_dev.testbed import prometheus as prom
 
 FILES = deploy_render.CHART / "files"
 ALERTS = FILES / "alerts.yaml"

@@ -9,8 +9,8 @@ import pytest
 
 from gitops_gpu.cli import main
 from gitops_gpu.cli.exits import Exit
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 

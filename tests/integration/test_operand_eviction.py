@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gitops_gpu.sync import operands
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 NS = "gitops-gpu-evict"

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
-from gitops_gpu import paths
+from wheel_build import build_wheel
+
+from gitops_gpu_dev import paths
 
 CHART = paths.PROJECT_ROOT / "deploy" / "helm" / "gitops-gpu"
 
 
 def test_wheel_has_package_data_and_entry_point(tmp_path: Path) -> None:
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path)]
-    subprocess.run([*build, str(paths.PROJECT_ROOT)], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("gitops_gpu-*.whl")
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for rel in (
         "gitops_gpu/data/version_matrix.yaml",
@@ -30,6 +28,9 @@ def test_wheel_has_package_data_and_entry_point(tmp_path: Path) -> None:
     assert re.search(r"^gitops-gpu = gitops_gpu\.cli:main$", text, re.M)
     # Nothing from the repo outside the package (tests, upstream data) rides along.
     assert not [n for n in names if n.startswith(("tests/", "shared/", "fleet-repo-example/"))]
+    # nor the dev tools: testbed, simulator, demos, repo maintenance (dev/, not shipped)
+    assert not [n for n in names if n.startswith(("gitops_gpu_dev/", "gitops_gpu/testbed/"))]
+    assert not [n for n in names if re.search(r"gitops_gpu/(demo|deploy_render|paths)", n)]
 
 
 def test_dockerfile_matches_the_chart() -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 from gitops_gpu.fleet.scaffold import overlay, write_repo
 from gitops_gpu.preflight import Finding, Severity, run_preflight
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 POOL = {"node.kubernetes.io/pool": "rcp"}

@@ -28,7 +28,7 @@ from gitops_gpu.rollout.status import (
     StatusBackend,
     stage_context,
 )
-from gitops_gpu.testbed import gitea
+from gitops_gpu_dev.testbed import gitea
 
 pytestmark = pytest.mark.integration
 CLUSTERS = ("a", "b", "c")

@@ -13,8 +13,8 @@ from ruamel.yaml import YAML
 from gitops_gpu import names
 from gitops_gpu.cli import main
 from gitops_gpu.preflight import crd_source
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 DRV = names.NVIDIA_DRIVER_API

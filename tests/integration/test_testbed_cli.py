@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import kube, paths
+from gitops_gpu import kube
 from gitops_gpu.cli import main
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
-from gitops_gpu.testbed import controlplane
-from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import controlplane
+from gitops_gpu_dev.testbed import operator_sim as sim
 
 pytestmark = pytest.mark.integration
 

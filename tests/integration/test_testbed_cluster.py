@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import kube, paths
+from gitops_gpu import kube
 from gitops_gpu.cli import main
+from gitops_gpu_dev import paths
 
 pytestmark = pytest.mark.integration
 EXAMPLE = paths.PROJECT_ROOT / "fleet-repo-example-two-clusters"

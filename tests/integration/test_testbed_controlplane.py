@@ -13,8 +13,8 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import kube
 from gitops_gpu.errors import KubeError
-from gitops_gpu.testbed import nodes
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev.testbed import nodes
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.cli import main
 from gitops_gpu.sync.source import credentials_env
-from gitops_gpu.testbed import controlplane, gitea, session
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import controlplane, gitea, session
 
 pytestmark = pytest.mark.integration
 

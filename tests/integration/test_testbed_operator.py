@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import kube, names, paths
+from gitops_gpu import kube, names
 from gitops_gpu.cli import main
 from gitops_gpu.errors import TestbedError
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
-from gitops_gpu.testbed import controlplane, operator
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.operator_build import OperatorBuild
-from gitops_gpu.testbed.session import Testbed
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import controlplane, operator
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.operator_build import OperatorBuild
+from gitops_gpu_dev.testbed.session import Testbed
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from prometheus_fixtures import need
 
-from gitops_gpu import kube, paths
+from gitops_gpu import kube
 from gitops_gpu.cli import main
-from gitops_gpu.testbed import controlplane, device_plugin
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import controlplane, device_plugin
 
 pytestmark = pytest.mark.integration
 

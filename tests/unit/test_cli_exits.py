@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.cli import main
 from gitops_gpu.cli.exits import Exit
+from gitops_gpu_dev import paths
 
 
 def test_the_readme_lists_every_exit_code() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from gitops_gpu import paths
 from gitops_gpu.cli import build_parser
+from gitops_gpu_dev import paths
 
 
 def _commands(doc: Any) -> list[str]:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet.compile import compile_checked, compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
+from gitops_gpu_dev import paths
 
 EXAMPLE = paths.fleet_example()
 

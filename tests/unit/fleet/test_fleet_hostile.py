@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.fleet import yamlio
 from gitops_gpu.preflight import run_preflight
+from gitops_gpu_dev import paths
 
 FILES = (
     "fleet.yaml",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import yamlio
 from gitops_gpu.fleet.loader import RepoError, RepoLoadError, load_repo
 from gitops_gpu.fleet.scaffold import write_repo
+from gitops_gpu_dev import paths
 
 EXAMPLE = paths.fleet_example()
 

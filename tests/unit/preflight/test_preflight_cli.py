@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.cli import check as check_cli
 from gitops_gpu.fleet.scaffold import overlay, write_repo
 from gitops_gpu.preflight.findings import Finding, render_json, render_text
+from gitops_gpu_dev import paths
 
 EXAMPLE = paths.fleet_example()
 H100 = {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}

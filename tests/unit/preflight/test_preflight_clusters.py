@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.errors import TestbedError
 from gitops_gpu.execute import cluster_error
 from gitops_gpu.fleet.scaffold import write_repo
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.rollout import span
-from gitops_gpu.testbed.nodes import read_pool_shapes
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed.nodes import read_pool_shapes
 
 CLUSTERS = [{"name": "east", "context": "ctx-east"}, {"name": "west", "context": "ctx-west"}]
 POOLS = {"a": {"cluster": "east"}, "b": {"cluster": "west"}}

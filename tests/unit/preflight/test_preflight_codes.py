@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitops_gpu import paths
 from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
 from gitops_gpu.preflight import CODES, Finding, Severity, run_preflight
+from gitops_gpu_dev import paths
 
 TODAY = datetime.date(2026, 11, 1)
 CRDS = paths.default_crds_dir()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.fleet.models import DriverSettings
 from gitops_gpu.fleet.yamlio import parse_single
 from gitops_gpu.preflight import compat, matrix
+from gitops_gpu_dev import paths
 
 MIG_DEFAULT = paths.shared_upstream() / "mig-parted" / "config-default.yaml"
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu import paths
 from gitops_gpu.fleet.scaffold import overlay, write_repo
 from gitops_gpu.fleet.yamlio import parse_documents
 from gitops_gpu.preflight import run_preflight
 from gitops_gpu.preflight.schema import CrdSchema, load_crds
+from gitops_gpu_dev import paths
 
 UPSTREAM = paths.shared_upstream()
 CRDS = paths.default_crds_dir()

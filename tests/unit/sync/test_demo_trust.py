@@ -7,8 +7,8 @@ from pathlib import Path
 
 from signers import require_tools
 
-from gitops_gpu.demo import DemoRepo
-from gitops_gpu.demo_trust import DemoTrust
+from gitops_gpu_dev.demo import DemoRepo
+from gitops_gpu_dev.demo_trust import DemoTrust
 
 
 def test_demo_commits_are_signed_and_trusted(tmp_path: Path) -> None:

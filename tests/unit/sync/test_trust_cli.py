@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from signers import Signers, git, write_keys
 
-from gitops_gpu import cli, paths
+from gitops_gpu import cli
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
+from gitops_gpu_dev import paths
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gitops_gpu.errors import BuildError
-from gitops_gpu.testbed import build
+from gitops_gpu_dev.testbed import build
 
 
 def test_failed_build_reports_command_and_tail(tmp_path: Path) -> None:

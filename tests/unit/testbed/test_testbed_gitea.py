@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gitops_gpu.errors import BuildError, TestbedError
-from gitops_gpu.testbed import controlplane, gitea
+from gitops_gpu_dev.testbed import controlplane, gitea
 
 
 def _script(path: Path, body: str) -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.testbed import hosts
-from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed import hosts
+from gitops_gpu_dev.testbed import operator_sim as sim
 
 
 def pod(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gitops_gpu.errors import BuildError
-from gitops_gpu.testbed import operator_build
+from gitops_gpu_dev.testbed import operator_build
 
 
 def test_neither_source_exists_names_both(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

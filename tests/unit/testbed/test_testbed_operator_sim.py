@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed import operator_sim as sim
 
 
 def node(

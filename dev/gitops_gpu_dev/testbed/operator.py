@@ -11,7 +11,7 @@ What it needs here (see ../shared/design/TESTBED.md, "The GPU Operator's part"):
   testbed, so its DaemonSet pods are bound and the ``not-ready`` taint is lifted.
 
 Its upgrade controller does not watch pods and requeues every 2 minutes; the simulator
-(:mod:`gitops_gpu.testbed.hosts`) nudges it when host facts it waits on change.
+(:mod:`gitops_gpu_dev.testbed.hosts`) nudges it when host facts it waits on change.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError, TestbedError
 from gitops_gpu.kube import NotFoundError
-from gitops_gpu.testbed import controlplane
-from gitops_gpu.testbed.operator_build import OperatorBuild
+from gitops_gpu_dev.testbed import controlplane
+from gitops_gpu_dev.testbed.operator_build import OperatorBuild
 
 NAMESPACE = "gpu-operator"
 PROCESS = "gpu-operator"

@@ -20,7 +20,7 @@ from gitops_gpu.sync.trust import Verifier
 
 if TYPE_CHECKING:
     from gitops_gpu.controller import Controller
-    from gitops_gpu.demo import DemoRepo
+    from gitops_gpu_dev.demo import DemoRepo
 
 Say = Callable[[str], None]
 SIGNER = "Platform Team (demo) <platform-team@example.com>"

@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gitops_gpu import kube
-from gitops_gpu.testbed.operator_sim import FAULT_ANN
+from gitops_gpu_dev.testbed.operator_sim import FAULT_ANN
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
@@ -165,7 +165,7 @@ def kube_nodes(client: kube.Client) -> Nodes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gitops_gpu.testbed.dcgm")
+    parser = argparse.ArgumentParser(prog="python -m gitops_gpu_dev.testbed.dcgm")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gitops_gpu.errors import TestbedError
-from gitops_gpu.testbed.build import Binaries
+from gitops_gpu_dev.testbed.build import Binaries
 
 LOOPBACK = "127.0.0.1"
 ADMIN_USER = "gitops-gpu-admin"

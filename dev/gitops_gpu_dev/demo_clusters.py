@@ -23,14 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
-from gitops_gpu.demo import DEMO_GATES, DemoRepo
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import CommitStatus, stage_context
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed import session, simulator
-from gitops_gpu.testbed.reports import snapshot_report
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.demo import DEMO_GATES, DemoRepo
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed import session, simulator
+from gitops_gpu_dev.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
 CLUSTERS = ("staging", "prod-eu")

@@ -1,13 +1,13 @@
 """Helm, built through the Go module proxy like the rest of the testbed's binaries.
 
 The chart under ``deploy/helm`` is linted and rendered by the tests, and ``deploy/kustomize`` is
-rendered from it (``python -m gitops_gpu.deploy_render``). Rendering must be reproducible, so
+rendered from it (``python -m gitops_gpu_dev.deploy_render``). Rendering must be reproducible, so
 one pinned Helm is built and cached per version (``<cache>/bin/helm-<version>/helm``) and any
 other ``helm`` on PATH is ignored: a different Helm may render the same chart differently.
 ``go install helm.sh/helm/v3/cmd/helm@<version>`` works as is (Helm's go.mod has no replace
 directives), so no wrapper module is needed.
 
-    python -m gitops_gpu.testbed.helm     # build if missing, print the path
+    python -m gitops_gpu_dev.testbed.helm     # build if missing, print the path
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gitops_gpu.errors import BuildError
-from gitops_gpu.testbed import build
+from gitops_gpu_dev.testbed import build
 
 HELM_VERSION = "v3.22.0"
 HELM_MODULE = "helm.sh/helm/v3"

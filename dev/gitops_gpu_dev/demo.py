@@ -22,15 +22,16 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
-from gitops_gpu.demo_trust import DemoTrust
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import CommitStatus, approval_context, stage_context
-from gitops_gpu.testbed import operator, session, simulator
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.reports import snapshot_report
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.demo_trust import DemoTrust
+from gitops_gpu_dev.testbed import operator, session, simulator
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
 DEMO_GATES = {"soak": "3s", "timeout": "2m"}

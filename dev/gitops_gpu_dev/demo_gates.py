@@ -23,13 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import paths
 from gitops_gpu.controller import Config, Controller
-from gitops_gpu.demo import DemoRepo, Show, _state, _wait
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.testbed import device_plugin, operator, prometheus, session, simulator
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.reports import snapshot_report
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.demo import DemoRepo, Show, _state, _wait
+from gitops_gpu_dev.testbed import device_plugin, operator, prometheus, session, simulator
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
 IMAGE = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"

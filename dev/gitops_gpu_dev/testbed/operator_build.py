@@ -6,7 +6,7 @@ only serves a 2025 pseudo-version without per-NVIDIADriver upgrade policies, so 
 never asked (``GOPROXY=off``, ``-mod=vendor``). The result is cached per version under
 ``~/.cache/gitops-gpu/bin/gpu-operator-<key>/``: the ``gpu-operator`` binary and ``opt/``, a real
 copy of the asset tree the operator reads from the hard-coded ``/opt/gpu-operator`` (``assets/``
-at its root and ``manifests/`` under it). :mod:`gitops_gpu.testbed.operator` bind-mounts
+at its root and ``manifests/`` under it). :mod:`gitops_gpu_dev.testbed.operator` bind-mounts
 ``opt/`` over ``/opt`` in a private mount namespace.
 """
 
@@ -19,9 +19,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitops_gpu import paths
 from gitops_gpu.errors import BuildError
-from gitops_gpu.testbed import build
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import build
 
 OPERATOR_VERSION = "v26.7.0"
 SRC_ENV = "GITOPS_GPU_OPERATOR_SRC"

@@ -24,9 +24,9 @@ from gitops_gpu import kube, names
 from gitops_gpu.agent import publish
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync.live import selector_matches
-from gitops_gpu.testbed import hosts
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.nodes import KWOK_ANNOTATION
+from gitops_gpu_dev.testbed import hosts
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.nodes import KWOK_ANNOTATION
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

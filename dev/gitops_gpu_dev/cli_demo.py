@@ -6,8 +6,8 @@ import argparse
 import shutil
 from pathlib import Path
 
-from gitops_gpu import demo, demo_clusters, demo_forge, demo_gates, paths
-from gitops_gpu.testbed import operator, session
+from gitops_gpu_dev import demo, demo_clusters, demo_forge, demo_gates, paths
+from gitops_gpu_dev.testbed import operator, session
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from gitops_gpu.errors import BuildError
-from gitops_gpu.testbed.build import Progress, _go, _go_env, _run, cache_dir
-from gitops_gpu.testbed.gitea import _copy_writable
+from gitops_gpu_dev.testbed.build import Progress, _go, _go_env, _run, cache_dir
+from gitops_gpu_dev.testbed.gitea import _copy_writable
 
 # v1.10.1 of both (what issue 19 named) does not build from this proxy: seven of
 # source-controller's modules are refused (403), e.g. fluxcd/pkg/artifact v0.27.1. The newest

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitops_gpu import kube, paths
-from gitops_gpu.testbed import build, controlplane, crds, nodes, operator, operator_build
+from gitops_gpu import kube
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import build, controlplane, crds, nodes, operator, operator_build
 
 
 @dataclass

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu.errors import BuildError, TestbedError
-from gitops_gpu.testbed import controlplane
-from gitops_gpu.testbed.build import Progress, _go, _go_env, _run, cache_dir
+from gitops_gpu_dev.testbed import controlplane
+from gitops_gpu_dev.testbed.build import Progress, _go, _go_env, _run, cache_dir
 
 GITEA_VERSION = "v1.27.3"
 GITEA_MODULE = "code.gitea.io/gitea"

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from gitops_gpu import kube, paths
+from gitops_gpu import kube
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import (
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import (
     build,
     controlplane,
     device_plugin,
@@ -18,9 +19,9 @@ from gitops_gpu.testbed import (
     session,
     simulator,
 )
-from gitops_gpu.testbed import gitea as forge
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.reports import SnapshotReports
+from gitops_gpu_dev.testbed import gitea as forge
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.reports import SnapshotReports
 
 DEFAULT_OPERATOR = operator.DEFAULT_MODE
 

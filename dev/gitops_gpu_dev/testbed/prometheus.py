@@ -5,7 +5,7 @@ provides the server and ``promtool``. The testbed runs two more processes, both 
 ``testbed down``:
 
 - ``dcgm-exporters``: DCGM-exporter-shaped metrics for every fake GPU node
-  (gitops_gpu/testbed/dcgm.py), found through HTTP service discovery;
+  (dev/gitops_gpu_dev/testbed/dcgm.py), found through HTTP service discovery;
 - ``prometheus``: scrapes them and every controller listed in
   ``DIR/prometheus/controllers.json`` (file service discovery; ``add_controller`` writes it),
   loads the rule files in ``DIR/prometheus/rules/``, and serves its API on a free port. Its base
@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 
 from gitops_gpu.errors import TestbedError
-from gitops_gpu.testbed import controlplane
-from gitops_gpu.testbed.controlplane import LOOPBACK, State
+from gitops_gpu_dev.testbed import controlplane
+from gitops_gpu_dev.testbed.controlplane import LOOPBACK, State
 
 PROMETHEUS = "prometheus"
 DCGM = "dcgm-exporters"
@@ -84,7 +84,7 @@ def start(state: State, *, scrape_interval: float = 2.0, timeout: float = 60.0) 
         [
             sys.executable,
             "-m",
-            "gitops_gpu.testbed.dcgm",
+            "gitops_gpu_dev.testbed.dcgm",
             f"--kubeconfig={state.kubeconfig}",
             f"--port={dcgm_port}",
         ],

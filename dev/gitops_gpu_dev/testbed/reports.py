@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitops_gpu.agent import fake_nvml, nvml, report
-from gitops_gpu.testbed import operator_sim as sim
-from gitops_gpu.testbed.gpus import DEFAULT_PRODUCT, PRODUCTS
+from gitops_gpu_dev.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed.gpus import DEFAULT_PRODUCT, PRODUCTS
 
 Obj = dict[str, Any]
 # What an agent at the default 30 s interval uses: max(4 x interval, 60 s).

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.testbed import operator_sim as sim
+from gitops_gpu_dev.testbed import operator_sim as sim
 
 Obj = Mapping[str, Any]
 DRIVER_COMPONENT = "app.kubernetes.io/component=nvidia-driver"

@@ -14,7 +14,7 @@ from gitops_gpu import kube
 from gitops_gpu.errors import TestbedError
 from gitops_gpu.fleet.models import DEFAULT_CLUSTER
 from gitops_gpu.sync.live import node_ready
-from gitops_gpu.testbed.gpus import DEFAULT_PRODUCT, NFD_LABELS, PRODUCTS, gfd_labels
+from gitops_gpu_dev.testbed.gpus import DEFAULT_PRODUCT, NFD_LABELS, PRODUCTS, gfd_labels
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 

@@ -25,14 +25,15 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from gitops_gpu import names, paths
+from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.testbed import gitea, operator, session, simulator
-from gitops_gpu.testbed.reports import snapshot_report
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import gitea, operator, session, simulator
+from gitops_gpu_dev.testbed.reports import snapshot_report
 
 Say = Callable[[str], None]
 DEMO_GATES = {"soak": "2s", "timeout": "2m"}

@@ -7,8 +7,8 @@ rendered from it.
   template, plus a ``kustomization.yaml``, so ``kubectl apply -k deploy/kustomize`` installs the
   same objects as ``helm install``.
 
-    python -m gitops_gpu.deploy_render          # rewrite both
-    python -m gitops_gpu.deploy_render --check  # exit 1 and list what is stale
+    python -m gitops_gpu_dev.deploy_render          # rewrite both
+    python -m gitops_gpu_dev.deploy_render --check  # exit 1 and list what is stale
 
 tests/integration/test_deploy_chart.py runs the check, so a chart change without a re-render
 fails the suite.
@@ -23,9 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitops_gpu import paths
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.testbed import build, helm
+from gitops_gpu_dev import paths
+from gitops_gpu_dev.testbed import build, helm
 
 CHART = paths.PROJECT_ROOT / "deploy" / "helm" / "gitops-gpu"
 KUSTOMIZE = paths.PROJECT_ROOT / "deploy" / "kustomize"
@@ -35,7 +35,7 @@ KUBE_VERSION = build.KUBERNETES_VERSION.lstrip("v")
 # A placeholder: kustomize users set the real repo by patching ConfigMap gitops-gpu-controller.
 KUSTOMIZE_VALUES = ("fleet.repo=https://git.example.com/platform/gpu-fleet.git",)
 HEADER = (
-    "# Generated from deploy/helm/gitops-gpu by `python -m gitops_gpu.deploy_render`."
+    "# Generated from deploy/helm/gitops-gpu by `python -m gitops_gpu_dev.deploy_render`."
     " Do not edit.\n"
 )
 _SOURCE = re.compile(r"^# Source: gitops-gpu/(crds|templates)/(\S+)$", re.MULTILINE)
@@ -138,7 +138,7 @@ def write(binary: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gitops_gpu.deploy_render")
+    parser = argparse.ArgumentParser(prog="python -m gitops_gpu_dev.deploy_render")
     parser.add_argument("--check", action="store_true", help="only report what is stale")
     args = parser.parse_args(argv)
     try:
