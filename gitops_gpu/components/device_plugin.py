@@ -40,12 +40,9 @@ def advertised(allocatable: Mapping[str, str]) -> tuple[int, int]:
 
 
 def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -> RungResult:
-    gate = signals.deploy_gate(COMPONENT, ev, pool, DEPLOY)
-    if gate is not None:
-        return gate
-    bad = signals.pod_verdict(COMPONENT, ev, signals.APP_DEVICE_PLUGIN)
-    if bad is not None:
-        return bad
+    verdict = signals.operand_verdict(COMPONENT, ev, pool, DEPLOY, signals.APP_DEVICE_PLUGIN)
+    if verdict is not None:
+        return verdict
     key = names.DEVICE_PLUGIN_CONFIG_LABEL
     desired = pool.device_plugin_config
     actual = ev.labels.get(key)

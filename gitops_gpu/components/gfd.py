@@ -37,12 +37,9 @@ def product_matches(label: str, wanted: str) -> bool:
 
 
 def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -> RungResult:
-    gate = signals.deploy_gate(COMPONENT, ev, pool, DEPLOY)
-    if gate is not None:
-        return gate
-    bad = signals.pod_verdict(COMPONENT, ev, signals.APP_GFD)
-    if bad is not None:
-        return bad
+    verdict = signals.operand_verdict(COMPONENT, ev, pool, DEPLOY, signals.APP_GFD)
+    if verdict is not None:
+        return verdict
     labels = ev.labels
     missing = [k for k in (names.GPU_PRODUCT_LABEL, names.GPU_COUNT_LABEL) if not labels.get(k)]
     driver_label = gfd_driver_version(labels)

@@ -49,12 +49,9 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
         return result(
             COMPONENT, Health.DEGRADED, f"profile {profile} needs MIG, the GPUs are not MIG-capable"
         )
-    gate = signals.deploy_gate(COMPONENT, ev, pool, DEPLOY)
-    if gate is not None:
-        return gate
-    bad = signals.pod_verdict(COMPONENT, ev, signals.APP_MIG_MANAGER)
-    if bad is not None:
-        return bad
+    verdict = signals.operand_verdict(COMPONENT, ev, pool, DEPLOY, signals.APP_MIG_MANAGER)
+    if verdict is not None:
+        return verdict
     label = ev.labels.get(names.MIG_CONFIG_LABEL)
     if label != profile:
         return result(

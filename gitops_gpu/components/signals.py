@@ -122,6 +122,16 @@ def pod_verdict(component: str, ev: NodeEvidence, app: str) -> RungResult | None
     return None
 
 
+def operand_verdict(
+    component: str, ev: NodeEvidence, pool: PoolTarget, deploy: str, app: str
+) -> RungResult | None:
+    """The deploy gate, then the operand pod; None means: judge the rung's own signals."""
+    gate = deploy_gate(component, ev, pool, deploy)
+    if gate is not None:
+        return gate
+    return pod_verdict(component, ev, app)
+
+
 def stale_limit(status: Obj, opts: Options) -> float:
     """Seconds after which a report is stale: the option, or 2.5 agent heartbeats if longer."""
     beat = status.get("heartbeatSeconds")

@@ -16,10 +16,5 @@ DEPLOY = "container-toolkit"
 
 
 def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -> RungResult:
-    gate = signals.deploy_gate(COMPONENT, ev, pool, DEPLOY)
-    if gate is not None:
-        return gate
-    bad = signals.pod_verdict(COMPONENT, ev, signals.APP_TOOLKIT)
-    if bad is not None:
-        return bad
-    return result(COMPONENT, Health.HEALTHY, "deployed")
+    verdict = signals.operand_verdict(COMPONENT, ev, pool, DEPLOY, signals.APP_TOOLKIT)
+    return verdict or result(COMPONENT, Health.HEALTHY, "deployed")
