@@ -36,6 +36,7 @@ from gitops_gpu.preflight.recipe_catalog import (
     Constraint,
     Recipe,
 )
+from gitops_gpu.preflight.recipe_values import leaves
 
 # AICR's own criteria values (pkg/recipe/criteria.go); values any overlay uses count too.
 KNOWN = {
@@ -297,15 +298,7 @@ def component_values(
         for path, value, origin in _leaves(doc.data or {}, doc, ()):
             _set(values, path, value)
             origins[path] = origin
-    for path, value in _walk(comp.overrides):
+    for path, value in leaves(comp.overrides):
         _set(values, path, value)
         origins[path] = comp.override_origins.get(path, "?")
     return values, origins
-
-
-def _walk(data: Mapping[str, Any], prefix: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            yield from _walk(value, (*prefix, key))
-        else:
-            yield (*prefix, key), value

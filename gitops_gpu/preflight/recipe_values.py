@@ -25,7 +25,7 @@ def contradictions(
     values: Mapping[str, Any], policy: Mapping[str, Any], schema: Mapping[str, Any], label: str
 ) -> Iterator[tuple[PathKey, str]]:
     """(path, "what the pool has where the recipe pins what") per contradicted value."""
-    for path, want in _leaves(values):
+    for path, want in leaves(values):
         if path in SKIP:
             continue
         node = _schema_at(schema, path)
@@ -59,10 +59,11 @@ def _pool_value(doc: Mapping[str, Any], schema: Mapping[str, Any], path: PathKey
     return node
 
 
-def _leaves(values: Mapping[str, Any], prefix: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
+def leaves(values: Mapping[str, Any], prefix: PathKey = ()) -> Iterator[tuple[PathKey, Any]]:
+    """(path, value) per leaf of nested Helm values; an empty mapping is a leaf."""
     for key, value in values.items():
         if isinstance(value, dict) and value:
-            yield from _leaves(value, (*prefix, key))
+            yield from leaves(value, (*prefix, key))
         else:
             yield (*prefix, key), value
 
