@@ -94,13 +94,9 @@ def check(ctx: Context, recipes_dir: Path | str | None) -> list[Finding]:
             out.append(_file_finding(exc))
         except ResolveError as exc:
             out.append(
-                _finding(
-                    ctx,
+                _on_recipe(ctx, name)(
                     "GG050",
-                    name,
-                    "recipe",
-                    f"pool '{name}': recipe {_key(ref)} does not resolve in {recipes_dir}: "
-                    f"{exc.message}",
+                    f"recipe {_key(ref)} does not resolve in {recipes_dir}: {exc.message}",
                     fix=exc.fix,
                 )
             )
@@ -149,6 +145,17 @@ def _finding(
     )
 
 
+def _on_recipe(ctx: Context, pool: str) -> recipe_live.MakeFinding:
+    """Findings on the pool's ``spec.recipe``, each message after "pool 'NAME': "."""
+
+    def make(code: str, message: str, *, fix: str, source: str = "") -> Finding:
+        return _finding(
+            ctx, code, pool, "recipe", f"pool '{pool}': {message}", fix=fix, source=source
+        )
+
+    return make
+
+
 def _pool_where(repo: FleetRepo, pool: str, path: PathKey) -> tuple[str, int]:
     doc = repo.pools[pool].pool_doc
     return doc.file, doc.where(path)[0]
@@ -158,27 +165,21 @@ def _compare(ctx: Context, cat: Catalog, pool: str, rec: Resolved) -> list[Findi
     target = ctx.compiled.pool(pool)
     out: list[Finding] = []
     label = f"recipe {rec.leaf}" + (f" ({rec.asked})" if rec.asked != rec.leaf else "")
+    on_recipe = _on_recipe(ctx, pool)
     if rec.unmatched:
         out.append(
-            _finding(
-                ctx,
+            on_recipe(
                 "GG056",
-                pool,
-                "recipe",
-                f"pool '{pool}': no overlay is specific to "
-                f"{', '.join(rec.unmatched)}; {label} is generic there",
+                f"no overlay is specific to {', '.join(rec.unmatched)}; {label} is generic there",
                 fix="name a recipe for this hardware, or add an overlay for it",
             )
         )
     comp = rec.components.get(OPERATOR)
     if comp is None:
         out.append(
-            _finding(
-                ctx,
+            on_recipe(
                 "GG056",
-                pool,
-                "recipe",
-                f"pool '{pool}': {label} has no gpu-operator component to compare with",
+                f"{label} has no gpu-operator component to compare with",
                 fix="name a GPU recipe",
             )
         )
@@ -187,7 +188,7 @@ def _compare(ctx: Context, cat: Catalog, pool: str, rec: Resolved) -> list[Findi
     out += _driver_version(ctx, pool, target, label, values, origins)
     out += _chart_version(ctx, pool, label, comp.fields.get("version"), comp.origins)
     out += _values(ctx, pool, label, values, origins)
-    out += recipe_live.constraints(ctx, pool, label, rec, _finding)
+    out += recipe_live.constraints(ctx, pool, label, rec, on_recipe)
     return out
 
 

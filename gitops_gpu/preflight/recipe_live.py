@@ -12,8 +12,8 @@ snapshot agent and are left to ``aicr validate``: they are not reported here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.preflight.recipe_resolve import Resolved
@@ -57,7 +57,10 @@ def satisfied(expr: str, actual: str) -> bool:
     return {">=": a >= w, "<=": a <= w, ">": a > w, "<": a < w}[op]
 
 
-MakeFinding = Callable[..., Finding]
+class MakeFinding(Protocol):
+    """A finding on one pool's ``spec.recipe``; ``message`` follows "pool 'NAME': "."""
+
+    def __call__(self, code: str, message: str, *, fix: str, source: str = "") -> Finding: ...
 
 
 def constraints(
@@ -76,12 +79,8 @@ def constraints(
             if not satisfied(c.value, actual):
                 out.append(
                     make(
-                        ctx,
                         "GG055",
-                        pool,
-                        "recipe",
-                        f"pool '{pool}': cluster "
-                        f"'{target.cluster}' runs Kubernetes {actual}, {label} needs "
+                        f"cluster '{target.cluster}' runs Kubernetes {actual}, {label} needs "
                         f"{c.value} ({c.origin})",
                         fix=f"upgrade the cluster to Kubernetes {c.value.lstrip('<>=! ')} or "
                         "newer, or follow a recipe for this version",
@@ -89,15 +88,11 @@ def constraints(
                     )
                 )
         elif name in NODE_LABELS and live:
-            out += _node_constraint(
-                ctx, pool, label, name, c.value, c.origin, make, matched_nodes(ctx, pool)
-            )
+            out += _node_constraint(label, name, c.value, c.origin, make, matched_nodes(ctx, pool))
     return out
 
 
 def _node_constraint(
-    ctx: Context,
-    pool: str,
     label: str,
     name: str,
     expr: str,
@@ -119,11 +114,8 @@ def _node_constraint(
     if failing:
         out.append(
             make(
-                ctx,
                 "GG055",
-                pool,
-                "recipe",
-                f"pool '{pool}': {len(failing)} node(s) fail "
+                f"{len(failing)} node(s) fail "
                 f"{label}'s {name} {expr} ({origin}): {', '.join(sorted(failing)[:5])}",
                 fix="move the pool to nodes that meet the recipe, or follow a recipe for this OS",
                 source=origin,
@@ -132,11 +124,8 @@ def _node_constraint(
     if unlabelled:
         out.append(
             make(
-                ctx,
                 "GG056",
-                pool,
-                "recipe",
-                f"pool '{pool}': {len(unlabelled)} node(s) have no "
+                f"{len(unlabelled)} node(s) have no "
                 f"NFD label {key}, so {name} {expr} ({origin}) is not checked there: "
                 f"{', '.join(sorted(unlabelled)[:5])}",
                 fix="run Node Feature Discovery (the GPU Operator deploys it) on the pool's nodes",
