@@ -276,16 +276,7 @@ def _check_stages(
     placed: dict[str, str] = {}
     for i, stage in enumerate(fleet.spec.stages):
         if stage.name in seen_stage:
-            errors.append(
-                RepoError.at(
-                    doc,
-                    ("spec", "stages", i, "name"),
-                    f"stage '{stage.name}' is defined twice",
-                    code=STAGE_CODE,
-                    field=f"spec.stages[{i}].name",
-                    fix="give every stage its own name",
-                )
-            )
+            errors.append(_defined_twice(doc, "stage", i, stage.name, STAGE_CODE))
         seen_stage[stage.name] = i
         for j, pool in enumerate(stage.pools):
             fld = f"spec.stages[{i}].pools[{j}]"
@@ -337,6 +328,18 @@ def _check_stages(
         )
 
 
+def _defined_twice(doc: Document, kind: str, i: int, name: str, code: str) -> RepoError:
+    """The ``i``-th entry of fleet.yaml's ``spec.<kind>s`` repeats an earlier one's name."""
+    return RepoError.at(
+        doc,
+        ("spec", f"{kind}s", i, "name"),
+        f"{kind} '{name}' is defined twice",
+        code=code,
+        field=f"spec.{kind}s[{i}].name",
+        fix=f"give every {kind} its own name",
+    )
+
+
 def _failed(errors: list[RepoError]) -> set[str]:
     """Pool folders that already have a load error (no need to also say they are missing)."""
     return {"/".join(e.file.split("/")[:2]) for e in errors if e.file.startswith(POOLS_DIR + "/")}
@@ -348,16 +351,7 @@ def _check_clusters(
     names: set[str] = set()
     for i, ref in enumerate(fleet.cluster_refs()):
         if ref.name in names:
-            errors.append(
-                RepoError.at(
-                    doc,
-                    ("spec", "clusters", i, "name"),
-                    f"cluster '{ref.name}' is defined twice",
-                    code=REF_CODE,
-                    field=f"spec.clusters[{i}].name",
-                    fix="give every cluster its own name",
-                )
-            )
+            errors.append(_defined_twice(doc, "cluster", i, ref.name, REF_CODE))
         names.add(ref.name)
     for name, src in sorted(pools.items()):
         cluster = src.model.spec.cluster
