@@ -11,12 +11,11 @@ from types import FrameType
 
 from gitops_gpu import kube
 from gitops_gpu.cli import limits_args, options, verify_args
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, LeaseLock
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.server import ControllerServer, Probes
-from gitops_gpu.sync.source import default_cache_dir
 
 log = logging.getLogger("gitops_gpu.controller")
 
@@ -105,20 +104,15 @@ def _run(args: argparse.Namespace) -> int:
             fix="keep the defaults (2s, 10s, 15s) or scale all three together",
         )
     client = kube.Client.from_kubeconfig(args.kubeconfig)
-    cfg = Config(
-        repo=args.repo,
-        branch=args.branch,
+    cfg = options.controller_config(
+        args,
+        "controller",
         interval=args.interval,
-        cache_dir=args.cache_dir or default_cache_dir().parent / "controller",
-        namespace=args.namespace,
         operator_namespace=args.operator_namespace,
         crds_dir=args.crds,
-        status_backend=args.status_backend,
-        status_token_file=args.status_token_file,
         verifier=verifier,
         smoke_namespace=args.smoke_namespace,
         prometheus_url=args.prometheus_url,
-        cluster=args.cluster,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     metrics.watch_api_requests(client.requests)

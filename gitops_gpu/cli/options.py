@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gitops_gpu.fleet.models import parse_duration
+
+if TYPE_CHECKING:
+    from gitops_gpu.controller import Config
 
 
 def duration(text: str) -> float:
@@ -93,4 +97,22 @@ def namespace(p: argparse.ArgumentParser) -> None:
 def crds(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--crds", type=Path, help=f"GPU Operator CRD directory for preflight (default: {default})"
+    )
+
+
+def controller_config(args: argparse.Namespace, cache: str, **more: Any) -> Config:
+    """The controller Config that fleet_source, status_record, namespace and (where the command
+    has it) --cluster spell; fetched repos go to ``cache`` beside the default cache."""
+    from gitops_gpu.controller import Config  # noqa: PLC0415 (every command loads options)
+    from gitops_gpu.sync.source import default_cache_dir  # noqa: PLC0415
+
+    return Config(
+        repo=args.repo,
+        branch=args.branch,
+        namespace=args.namespace,
+        cache_dir=args.cache_dir or default_cache_dir().parent / cache,
+        status_backend=args.status_backend,
+        status_token_file=args.status_token_file,
+        cluster=getattr(args, "cluster", None),
+        **more,
     )

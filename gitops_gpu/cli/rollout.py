@@ -16,8 +16,7 @@ import time
 from gitops_gpu import kube, operations
 from gitops_gpu.cli import options, status_clusters
 from gitops_gpu.cli.exits import Exit
-from gitops_gpu.controller import Config, Controller
-from gitops_gpu.sync.source import default_cache_dir
+from gitops_gpu.controller import Controller
 
 
 def _common(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
@@ -55,15 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _connect(args: argparse.Namespace) -> Controller:
-    cfg = Config(
-        repo=args.repo,
-        branch=args.branch,
-        namespace=args.namespace,
-        cache_dir=args.cache_dir or default_cache_dir().parent / "cli",
-        status_backend=args.status_backend,
-        status_token_file=args.status_token_file,
-        cluster=getattr(args, "cluster", None),
-    )
+    cfg = options.controller_config(args, "cli")
     return operations.connect(cfg, kube.Client.from_kubeconfig(args.kubeconfig))
 
 

@@ -1,0 +1,37 @@
+"""options.controller_config: the Config the shared fleet-source and record options spell."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gitops_gpu import cli
+from gitops_gpu.cli import options
+from gitops_gpu.sync.source import default_cache_dir
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return cli.build_parser(argv[0]).parse_args(list(argv))
+
+
+def test_the_controller_command_maps_its_flags_and_extras() -> None:
+    args = _args(
+        "controller", "--repo", "file:///fleet", "--branch", "prod", "--cluster", "east",
+        "--namespace", "gpu-ops", "--status-token-file", "/tok",
+    )  # fmt: skip
+    cfg = options.controller_config(args, "controller", interval=5.0)
+    assert (cfg.repo, cfg.branch, cfg.cluster, cfg.namespace) == (
+        "file:///fleet",
+        "prod",
+        "east",
+        "gpu-ops",
+    )
+    assert cfg.status_backend == "gitnotes" and cfg.status_token_file == Path("/tok")
+    assert cfg.cache_dir == default_cache_dir().parent / "controller"
+    assert cfg.interval == 5.0
+
+
+def test_a_command_without_cluster_or_with_its_own_cache_dir() -> None:
+    args = _args("approve", "--repo", "r", "--stage", "s", "--cache-dir", "/c", "abc123")
+    cfg = options.controller_config(args, "cli")
+    assert cfg.cluster is None and cfg.cache_dir == Path("/c")
