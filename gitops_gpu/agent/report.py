@@ -80,10 +80,7 @@ def status_from_reading(
     message = f"NVML read {len(reading.gpus)} GPUs"
     if lost:
         message += f"; lost: {', '.join(map(str, lost))}"
-    return {
-        "nodeName": node,
-        "observedAt": rfc3339(now),
-        "heartbeatSeconds": int(heartbeat_seconds),
+    facts = {
         "driverVersion": reading.driver_version,
         "cudaDriverVersion": reading.cuda_driver_version,
         "nvmlVersion": reading.nvml_version,
@@ -91,10 +88,9 @@ def status_from_reading(
         "migMode": mig_summary(reading.gpus),
         "gpus": reading.gpus,
         "xidMonitoring": "supported" if reading.xid_monitoring else nvml.NOT_SUPPORTED,
-        "xidEvents": list(history.events),
-        "xidEventsTotal": history.total,
-        "conditions": [condition(True, "Read", message, now, previous_conditions)],
     }
+    ready = condition(True, "Read", message, now, previous_conditions)
+    return _status(node, now, heartbeat_seconds, facts, history, ready)
 
 
 def status_from_error(
@@ -106,15 +102,28 @@ def status_from_error(
     previous_conditions: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A report that says NVML is unavailable: no versions or GPUs, the reason in a condition."""
+    ready = condition(False, error.reason, error.message, now, previous_conditions)
+    return _status(node, now, heartbeat_seconds, {"migMode": "unknown", "gpus": []}, history, ready)
+
+
+def _status(
+    node: str,
+    now: datetime,
+    heartbeat_seconds: float,
+    facts: Mapping[str, Any],
+    history: XidHistory,
+    ready: dict[str, Any],
+) -> dict[str, Any]:
+    """Every report's frame (node, read time, heartbeat; Xid history, NVMLReady) around
+    ``facts``, in the order the status has always had."""
     return {
         "nodeName": node,
         "observedAt": rfc3339(now),
         "heartbeatSeconds": int(heartbeat_seconds),
-        "migMode": "unknown",
-        "gpus": [],
+        **facts,
         "xidEvents": list(history.events),
         "xidEventsTotal": history.total,
-        "conditions": [condition(False, error.reason, error.message, now, previous_conditions)],
+        "conditions": [ready],
     }
 
 
