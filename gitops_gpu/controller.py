@@ -1,7 +1,8 @@
-"""The controller loop. One pass = load → check → compile → read live → diff → rollout step →
-apply → report. It keeps no state that matters: which commit runs where is read back from the
-objects' annotations, and what each stage concluded from the commit statuses, so a controller
-killed at any point resumes from the cluster and the record.
+"""The controller loop. One pass = load → check → compile → read live (one snapshot value:
+informers, managed objects, dry-run plans; snapshot.py) → judge it (observe.py) → rollout step →
+apply (reusing the read's plans) → report. It keeps no state that matters: which commit runs
+where is read back from the objects' annotations, and what each stage concluded from the commit
+statuses, so a controller killed at any point resumes from the cluster and the record.
 
 Caches (preflight results and compiled fleets by commit sha, informers for nodes, NodeGPUReports
 and operator pods, the engine's in-sync memo) only save work; dropping them changes no decision.
@@ -39,6 +40,7 @@ from gitops_gpu.rollout.status import (
     read_record,
     stage_context,
 )
+from gitops_gpu.snapshot import PassSnapshot, Reader
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.smoke import SmokeRunner
@@ -116,7 +118,8 @@ class Controller:
         self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
         self.operands = OperandRoller(client, cfg.operator_namespace, self.nodes, self.pods)
         self.engine = engine.Engine(client, LiveReader(client, self.nodes))
-        self.observer = Observer(self.nodes, self.reports, self.pods)
+        self.reader = Reader(self.nodes, self.reports, self.pods)
+        self.observer = Observer()
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
         self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
@@ -241,12 +244,13 @@ class Controller:
             report.result = "paused"
         stages: tuple[StageSpec, ...] = ()
         pools: dict[str, PoolObservation] = {}
+        snap: PassSnapshot | None = None
         if newest is not None:
+            # Read once (informers, managed objects, dry runs), then judge the value read.
             drivers = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
             ops = self.operands.context(self.compiled_for)
-            pools, health = self.observer.observe(
-                self.engine, drivers, newest, self.compiled_for, ops
-            )
+            snap = self.reader.read(self.engine, drivers, newest, self.compiled_for, ops)
+            pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
             stages = newest.stages
         smoking = any(s.gate.smoke_test is not None for s in stages)
@@ -271,7 +275,7 @@ class Controller:
         actions = machine.step(inp)
         report.actions = list(actions)
         for action in actions:
-            self.executor.execute(action, report, stages)
+            self.executor.execute(action, report, stages, snap)
         if smoking and not paused:
             self.executor.finish_smoke_tests(actions)
 

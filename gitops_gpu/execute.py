@@ -5,12 +5,13 @@ run a smoke test. Every write first checks the leader fence; the controller deci
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, assert_never
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, assert_never
 
 from gitops_gpu import events, names
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.fleet.compiled import StageSpec
+from gitops_gpu.fleet.compiled import ClusterTarget, StageSpec
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.rollout.actions import (
@@ -22,6 +23,7 @@ from gitops_gpu.rollout.actions import (
     Wait,
 )
 from gitops_gpu.rollout.status import StatusBackend
+from gitops_gpu.snapshot import PassSnapshot
 from gitops_gpu.sync import engine, prune
 from gitops_gpu.sync.live import Informer
 from gitops_gpu.sync.smoke import SmokeRunner
@@ -100,8 +102,13 @@ class Executor:
             )
 
     def execute(
-        self, action: Action, report: PassReport, stages: tuple[StageSpec, ...] = ()
+        self,
+        action: Action,
+        report: PassReport,
+        stages: tuple[StageSpec, ...] = (),
+        snap: PassSnapshot | None = None,
     ) -> None:
+        """Carry out ``action``; ``snap`` is what the pass read (its pools' plans are reused)."""
         if not isinstance(action, Wait) and not self.may_write():
             # Fenced: another replica may lead by now; this pass stops writing.
             raise NotLeaderError(
@@ -110,9 +117,9 @@ class Executor:
             )
         match action:
             case AdoptCommit(stage=stage, commit=commit):
-                report.applied += self.apply_stage(stage, commit)
+                report.applied += self.apply_stage(stage, commit, snap=snap)
             case Rollback(stage=stage, to_commit=commit):
-                report.applied += self.apply_stage(stage, commit, rollback=True)
+                report.applied += self.apply_stage(stage, commit, rollback=True, snap=snap)
             case SetStatus():
                 self._write_status(action, report)
             case RunSmokeTest():
@@ -138,8 +145,16 @@ class Executor:
         if action.context.count("/") == 2 and action.context.startswith("gitops-gpu/stage/"):
             self.metrics.set_gate(action.context.rsplit("/", 1)[1], action.state)
 
-    def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
-        """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass."""
+    def apply_stage(
+        self,
+        stage: str,
+        commit: str,
+        *,
+        rollback: bool = False,
+        snap: PassSnapshot | None = None,
+    ) -> int:
+        """Apply every pool of ``stage`` at ``commit``: one label batch per pool per pass.
+        Pools ``snap`` (this pass's read) planned at ``commit`` are not planned again."""
         checked = self.verdicts.checked(commit)
         if checked is None or not checked.ok or checked.compiled is None:
             # The state machine never asks for this; refuse loudly if it ever does.
@@ -165,7 +180,7 @@ class Executor:
             sel = engine.select(compiled, cluster, stage=stage)
             if not sel.pools and not sel.cluster_scoped:
                 continue
-            plan = self.engine.plan(cluster, sel, commit)
+            plan = self._plan(cluster, sel, commit, live_pools, snap)
             self.metrics.drifted.labels(cluster.name).set(sum(o.drifted for o in plan.objects))
             result = self.engine.apply(plan, all_batches=False, stamp_commit=True)
             api = {k: a for a, k in (names.CLUSTER_POLICY_API, names.NVIDIA_DRIVER_API)}
@@ -193,6 +208,33 @@ class Executor:
             written += self.operands.roll(cluster, sel.pools, self.verdicts.compiled_for)
         self.metrics.set_stage_commit(stage, commit)
         return written
+
+    def _plan(
+        self,
+        cluster: ClusterTarget,
+        sel: engine.Selection,
+        commit: str,
+        drivers: Mapping[str, Any],
+        snap: PassSnapshot | None,
+    ) -> engine.ClusterPlan:
+        """The stage's plan, computed once a pass: a pool whose objects already carry
+        ``commit`` (a stage re-adopting it to heal drift or label its next batch of nodes) was
+        planned by the pass's read, and that plan is applied unless its NVIDIADriver changed
+        since. Only the other pools, the ClusterPolicy and the prunes are planned here (which
+        of those a plan holds does not depend on its pools). A pool is in one stage of a
+        commit and the machine applies a stage at most once a pass, so no plan is applied
+        twice; node batches still count busy nodes as they are at apply time (engine.py)."""
+        reused = {
+            p: found
+            for p in sel.pools
+            if snap is not None and (found := snap.planned(p, commit, drivers)) is not None
+        }
+        rest = replace(sel, pools=sel.pools - reused.keys())
+        plan = self.engine.plan(cluster, rest, commit, drivers=drivers)
+        if not reused:
+            return plan
+        pools = sorted((*plan.pools, *reused.values()), key=lambda p: p.pool)
+        return replace(plan, pools=tuple(pools))
 
     def _flag_cluster_wide(
         self, result: engine.ApplyResult, cluster: str, pools: list[str], stage: str, commit: str

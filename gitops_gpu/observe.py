@@ -1,12 +1,13 @@
 """What a pass observes per pool: the commit its objects carry, whether they are in sync with
-that commit, and the verification ladder's verdict on its nodes. Reads come from informer
-caches (nodes, NodeGPUReports, operator pods), so an idle pass LISTs nothing but drivers."""
+that commit, and the verification ladder's verdict on its nodes. ``Observer.judge`` is pure:
+it judges the ``PassSnapshot`` that snapshot.py's ``Reader`` read (from informer caches, so an
+idle pass LISTs nothing but drivers, and the engine's dry runs), with no client or engine."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names, timefmt
@@ -14,25 +15,23 @@ from gitops_gpu.components import evidence, ladder, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.inputs import PoolObservation
+from gitops_gpu.snapshot import (
+    CompiledFor,
+    OperandContext,
+    PassSnapshot,
+    Reader,
+    Snapshot,
+    holds,
+)
 from gitops_gpu.sync import engine, operands
-from gitops_gpu.sync.live import Informer, selector_matches
+from gitops_gpu.sync.live import Informer
 
+# OperandContext and Snapshot moved to snapshot.py; they are still importable from here.
+__all__ = ["MEMO_MAX_AGE", "Observer", "OperandContext", "Snapshot", "fold_operands"]
 Obj = dict[str, Any]
-CompiledFor = Callable[[str], CompiledFleet | None]
 
 
 MEMO_MAX_AGE = 60.0  # a verdict is recomputed at least this often, whatever changed
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One pass's view of the informer caches, indexed once."""
-
-    nodes: list[Obj]
-    nodes_version: int  # the node informer's change counter when this was taken
-    reports: Mapping[str, Obj]
-    pods_by_node: Mapping[str, list[Obj]]
-    now: datetime
 
 
 @dataclass(frozen=True)
@@ -47,72 +46,27 @@ def _rv(obj: Obj | None) -> str | None:
 
 
 class Observer:
-    """Per-pool observations; a node's ladder verdict is reused while its node, report and pods
-    are unchanged and the report cannot have gone stale (idle passes at 2,000 nodes)."""
+    """Judges a pass's snapshot (snapshot.py) into per-pool observations. A node's ladder
+    verdict is reused while its node, report and pods are unchanged and the report cannot have
+    gone stale (idle passes at 2,000 nodes): a memo keyed by its inputs, so ``judge`` answers
+    as if it walked every node's ladder again."""
 
-    def __init__(self, nodes: Informer, reports: Informer, pods: Informer) -> None:
-        self.nodes, self.reports, self.pods = nodes, reports, pods
+    def __init__(
+        self,
+        nodes: Informer | None = None,
+        reports: Informer | None = None,
+        pods: Informer | None = None,
+    ) -> None:
+        # The informers are only for ``observe`` (read and judge in one call).
+        self.reader: Reader | None = None
+        if nodes is not None and reports is not None and pods is not None:
+            self.reader = Reader(nodes, reports, pods)
         self._verdicts: dict[str, _Verdict] = {}
-        self._members: dict[str, tuple[int, tuple[tuple[str, str], ...], list[Obj]]] = {}
-        # label key -> value -> nodes, for one nodes version: pools find their members by
-        # lookup, so a change costs one pass over the nodes, not one per pool.
-        self._index: tuple[int, dict[str, dict[str, list[Obj]]]] = (-1, {})
-
-    def snapshot(self) -> Snapshot:
-        pods: dict[str, list[Obj]] = {}
-        for pod in self.pods.items():
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node:
-                pods.setdefault(node, []).append(pod)
-        version = self.nodes.version  # read first: a change racing the copy forces a recompute
-        return Snapshot(
-            self.nodes.items(),
-            version,
-            {r["metadata"]["name"]: r for r in self.reports.items()},
-            pods,
-            datetime.now(UTC),
-        )
-
-    def members(self, compiled: CompiledFleet, pool: str, snap: Snapshot) -> list[Obj]:
-        """The pool's nodes; recomputed only when some node changed since the last pass."""
-        selector = tuple(sorted(compiled.pool(pool).node_selector.items()))
-        cached = self._members.get(pool)
-        if cached is not None and cached[0] == snap.nodes_version and cached[1] == selector:
-            return cached[2]
-        sel = dict(selector)
-        candidates = self._by_label(snap, selector[0][0]).get(selector[0][1], []) if sel else []
-        found = [
-            n
-            for n in (candidates if sel else snap.nodes)
-            if selector_matches(sel, n["metadata"].get("labels") or {})
-        ]
-        self._members[pool] = (snap.nodes_version, selector, found)
-        return found
-
-    def _by_label(self, snap: Snapshot, key: str) -> dict[str, list[Obj]]:
-        version, index = self._index
-        if version != snap.nodes_version:
-            index = {}
-            self._index = (snap.nodes_version, index)
-        if key not in index:
-            by_value: dict[str, list[Obj]] = {}
-            for node in snap.nodes:
-                value = (node["metadata"].get("labels") or {}).get(key)
-                if value is not None:
-                    by_value.setdefault(value, []).append(node)
-            index[key] = by_value
-        return index[key]
 
     def pool_health(
-        self,
-        compiled: CompiledFleet,
-        pool: str,
-        snap: Snapshot | None = None,
-        members: list[Obj] | None = None,
+        self, compiled: CompiledFleet, pool: str, snap: Snapshot, members: Sequence[Obj]
     ) -> PoolHealth:
-        snap = snap or self.snapshot()
         target = compiled.pool(pool)
-        members = self.members(compiled, pool, snap) if members is None else members
         verdicts: list[NodeHealth] = []
         for node in members:
             name = node["metadata"]["name"]
@@ -135,38 +89,42 @@ class Observer:
         compiled_for: CompiledFor,
         ops: OperandContext | None = None,
     ) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
+        """Read and judge in one call, for one-shot callers (``status``); a controller pass
+        reads with its own ``Reader`` and keeps the snapshot for the executor."""
+        if self.reader is None:
+            raise TypeError("Observer.observe needs the informers; judge() a snapshot instead")
+        return self.judge(self.reader.read(eng, drivers, newest, compiled_for, ops), newest)
+
+    def judge(
+        self, snap: PassSnapshot, newest: CompiledFleet
+    ) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
         """Per pool of the newest good commit: its applied commit, sync and health (operand
-        pods on their DaemonSet's current revision included, when ``ops`` is given)."""
+        pods on their DaemonSet's current revision included, when the snapshot has operands).
+        Pure: everything comes from ``snap``."""
         out: dict[str, PoolObservation] = {}
         health: dict[str, PoolHealth] = {}
-        snap = self.snapshot()
+        ops = snap.operands
         for cluster in newest.clusters.values():
             for pool in sorted(cluster.pools):
-                live = drivers.get(str(cluster.pools[pool].driver["metadata"]["name"]))
+                live = snap.drivers.get(str(cluster.pools[pool].driver["metadata"]["name"]))
                 if live is None:
                     continue  # no objects yet: the machine adopts
                 ann = live["metadata"].get("annotations") or {}
                 commit = ann.get(names.COMMIT_ANNOTATION)
-                compiled = compiled_for(commit) if commit else None
-                if compiled is None or pool not in _pools(compiled):
+                compiled = snap.compiled.get(commit) if commit else None
+                if compiled is None or not holds(compiled, pool):
                     out[pool] = PoolObservation(pool, commit, False, 0, 0)
                     continue
                 target_cluster = compiled.clusters[compiled.pool(pool).cluster]
-                members = self.members(compiled, pool, snap)
-                plan = eng.plan(
-                    target_cluster,
-                    engine.Selection(frozenset({pool}), False),
-                    compiled.commit,
-                    drivers=drivers,
-                    nodes=members,
-                )
-                ph = self.pool_health(compiled, pool, snap, members)
+                members = snap.members.get(pool, ())
+                plan = snap.plans.get((pool, compiled.commit))
+                ph = self.pool_health(compiled, pool, snap.informers, members)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
                 out[pool] = PoolObservation(
                     pool=pool,
                     commit=commit,
-                    objects_in_sync=plan.in_sync,
+                    objects_in_sync=plan is not None and plan.in_sync,
                     nodes_total=ph.total,
                     nodes_healthy=ph.count(Health.HEALTHY),
                     nodes_unhealthy=ph.count(Health.DEGRADED),
@@ -184,19 +142,6 @@ class Observer:
                         state = operands.PoolOperands(len(members), 0, 0, waiting)
                     out[pool] = fold_operands(out[pool], state)
         return out, health
-
-
-@dataclass(frozen=True)
-class OperandContext:
-    """What a pass knows about operand revisions (sync/operands.py)."""
-
-    operands: operands.Operands
-    # cluster -> the ClusterPolicy spec live there, as compiled from the commit it carries
-    live_policy_specs: Mapping[str, Any]
-    refused: Mapping[str, str] = field(default_factory=dict)  # node -> refused eviction
-    # The ClusterPolicy changed moments ago: the operator may not have updated its DaemonSets.
-    settling: bool = False
-    live_commit: str | None = None  # the commit the live ClusterPolicy carries
 
 
 def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObservation:
@@ -217,10 +162,6 @@ def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObse
         note = f"{pool.ahead} {nodes} ahead of stage"
         obs = replace(obs, summary=f"{obs.summary}, {note}" if obs.summary else note)
     return obs
-
-
-def _pools(compiled: CompiledFleet) -> set[str]:
-    return {p for c in compiled.clusters.values() for p in c.pools}
 
 
 def _valid_until(report: Obj | None, now: datetime) -> datetime:
