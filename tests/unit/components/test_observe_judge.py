@@ -1,0 +1,337 @@
+"""observe.py judges a pass's snapshot with no apiserver and no engine: a hand-built
+``PassSnapshot`` goes in, the pools' observations and health come out. Also the executor's
+reuse of the read's plans (snapshot.py ``planned``, execute.py ``_plan``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+from components_builders import DRIVER, NOW, edit, healthy, pool, status_for
+
+from gitops_gpu import names
+from gitops_gpu.components.evidence import NodeEvidence
+from gitops_gpu.components.health import Health
+from gitops_gpu.execute import Executor
+from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget, StageSpec
+from gitops_gpu.observe import Observer
+from gitops_gpu.rollout.inputs import PoolObservation
+from gitops_gpu.snapshot import OperandContext, PassSnapshot, Snapshot
+from gitops_gpu.sync import diff, engine, operands
+
+Obj = dict[str, Any]
+OLD, NEW = "a" * 40, "b" * 40
+POLICY = {"kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}, "spec": {"x": 1}}
+G = "nvidia.com/"
+
+
+def fleet(commit: str, *pools: PoolTarget, policy: Obj = POLICY) -> CompiledFleet:
+    stage = StageSpec("canary", tuple(p.name for p in pools))
+    cluster = ClusterTarget("lab", None, policy, {p.name: p for p in pools})
+    return CompiledFleet(commit, "fleet", (stage,), {"lab": cluster})
+
+
+def driver(name: str, commit: str | None, rv: str = "1") -> Obj:
+    ann = {names.COMMIT_ANNOTATION: commit} if commit else {}
+    return {"metadata": {"name": name, "annotations": ann, "resourceVersion": rv}}
+
+
+def pool_plan(name: str, members: int, *, drifted: bool = False, nodes: int = 0) -> engine.PoolPlan:
+    action = diff.Action.CONFIGURED if drifted else diff.Action.UNCHANGED
+    labels = tuple(diff.NodeLabelDiff(f"n{i}", name, {"x": "y"}, (), ()) for i in range(nodes))
+    obj = diff.ObjectDiff("NVIDIADriver", name, name, action)
+    return engine.PoolPlan(name, (obj,), labels, members)
+
+
+def node(ev: NodeEvidence, rv: str = "1") -> Obj:
+    obj = dict(ev.node)
+    obj["metadata"] = {**obj["metadata"], "resourceVersion": rv}
+    return obj
+
+
+def snapshot(
+    nodes: Sequence[Obj],
+    *,
+    drivers: Mapping[str, Obj],
+    compiled: Sequence[CompiledFleet],
+    members: Mapping[str, Sequence[Obj]],
+    plans: Mapping[tuple[str, str], engine.PoolPlan],
+    reports: Sequence[Obj] = (),
+) -> PassSnapshot:
+    by_name = {r["metadata"]["name"]: r for r in reports}
+    informers = Snapshot(list(nodes), 1, by_name, {}, NOW)
+    return PassSnapshot(informers, drivers, {c.commit: c for c in compiled}, members, plans)
+
+
+def report(name: str, **overrides: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "status": status_for(name, **overrides),
+    }
+
+
+TRAIN = pool(name="train")
+NEWEST = fleet(NEW, TRAIN)
+
+
+def two_healthy(plan: engine.PoolPlan | None = None) -> PassSnapshot:
+    nodes = [node(healthy("gpu-1")), node(healthy("gpu-2"))]
+    return snapshot(
+        nodes,
+        drivers={"train": driver("train", NEW)},
+        compiled=[NEWEST],
+        members={"train": nodes},
+        plans={("train", NEW): plan or pool_plan("train", 2)},
+        reports=[report("gpu-1"), report("gpu-2")],
+    )
+
+
+def test_pool_in_sync_and_healthy() -> None:
+    pools, health = Observer().judge(two_healthy(), NEWEST)
+    assert pools == {"train": PoolObservation("train", NEW, True, 2, 2, summary=f"on {DRIVER}")}
+    assert health["train"].health is Health.HEALTHY
+    assert health["train"].total == 2
+
+
+def test_drifted_object_or_pending_labels_are_out_of_sync() -> None:
+    drifted = Observer().judge(two_healthy(pool_plan("train", 2, drifted=True)), NEWEST)[0]
+    labels = Observer().judge(two_healthy(pool_plan("train", 2, nodes=1)), NEWEST)[0]
+    assert not drifted["train"].objects_in_sync
+    assert not labels["train"].objects_in_sync
+    assert drifted["train"].nodes_healthy == 2  # sync and health are separate findings
+
+
+def test_no_plan_read_is_not_pool_plan() -> None:
+    snap = replace(two_healthy(), plans={})
+    assert not Observer().judge(snap, NEWEST)[0]["train"].objects_in_sync
+
+
+def test_health_counts_and_first_failure() -> None:
+    ok = node(healthy("gpu-1"))
+    down = node(edit(healthy("gpu-2"), ready="Unknown"))
+    upgrading = node(
+        edit(healthy("gpu-3"), labels={G + "gpu-driver-upgrade-state": "validation-required"})
+    )
+    nodes = [ok, down, upgrading]
+    snap = snapshot(
+        nodes,
+        drivers={"train": driver("train", NEW)},
+        compiled=[NEWEST],
+        members={"train": nodes},
+        plans={("train", NEW): pool_plan("train", 3)},
+        reports=[report(n) for n in ("gpu-1", "gpu-2", "gpu-3")],
+    )
+    pools, health = Observer().judge(snap, NEWEST)
+    obs = pools["train"]
+    assert (obs.nodes_total, obs.nodes_healthy, obs.nodes_unhealthy, obs.nodes_progressing) == (
+        3,
+        1,
+        1,
+        1,
+    )
+    # the degraded node is named before the one still upgrading
+    assert obs.first_failure == (
+        "node: NotReady (NodeStatusUnknown: Kubelet stopped posting node status.)"
+    )
+    assert health["train"].health is Health.DEGRADED
+
+
+def test_pool_judged_at_the_commit_its_objects_carry() -> None:
+    """The pool runs OLD (whose driver version differs): it is judged against OLD's target."""
+    old = fleet(OLD, pool(name="train", driver_version="570.86.10"))
+    nodes = [node(edit(healthy("gpu-1"), labels={G + "cuda.driver-version.full": "570.86.10"}))]
+    snap = snapshot(
+        nodes,
+        drivers={"train": driver("train", OLD)},
+        compiled=[old, NEWEST],
+        members={"train": nodes},
+        plans={
+            ("train", OLD): pool_plan("train", 1),
+            ("train", NEW): pool_plan("train", 1, drifted=True),
+        },
+        reports=[report("gpu-1", driver_version="570.86.10")],
+    )
+    obs = Observer().judge(snap, NEWEST)[0]["train"]
+    assert (obs.commit, obs.objects_in_sync, obs.summary) == (OLD, True, "on 570.86.10")
+    assert obs.nodes_healthy == 1, obs.first_failure
+
+
+def test_unknown_commit_missing_pool_and_no_objects() -> None:
+    infer, serve, fresh = pool(name="infer"), pool(name="serve"), pool(name="fresh")
+    newest = fleet(NEW, infer, serve, fresh, TRAIN)
+    old = fleet(OLD, pool(name="train"))  # knows nothing of "infer"
+    snap = snapshot(
+        [],
+        drivers={
+            "infer": driver("infer", OLD),  # OLD compiled, but without this pool
+            "serve": driver("serve", "c" * 40),  # a commit that does not compile (or unjudged)
+            "train": driver("train", None),  # objects without a commit annotation
+        },
+        compiled=[old],
+        members={},
+        plans={},
+    )
+    pools, health = Observer().judge(snap, newest)
+    assert pools == {
+        "infer": PoolObservation("infer", OLD, False, 0, 0),
+        "serve": PoolObservation("serve", "c" * 40, False, 0, 0),
+        "train": PoolObservation("train", None, False, 0, 0),
+    }  # "fresh" has no objects yet: absent, the machine adopts
+    assert health == {}
+
+
+# -- operands -----------------------------------------------------------------------------------
+TK_OWNER = [{"kind": "ClusterPolicy", "name": "cluster-policy", "uid": "cp"}]
+TOOLKIT = {
+    "metadata": {
+        "name": "nvidia-container-toolkit-daemonset",
+        "uid": "tk",
+        "ownerReferences": TK_OWNER,
+    },
+    "spec": {"template": {"spec": {"nodeSelector": {G + "gpu.deploy.container-toolkit": "true"}}}},
+}
+REVS = [
+    {
+        "metadata": {
+            "name": f"nvidia-container-toolkit-daemonset-{h}",
+            "labels": {"controller-revision-hash": h},
+            "ownerReferences": [{"kind": "DaemonSet", "uid": "tk"}],
+        },
+        "revision": n,
+    }
+    for n, h in ((1, "old"), (2, "new"))
+]
+
+
+def toolkit_pod(node_name: str, hashed: str) -> Obj:
+    return {
+        "metadata": {
+            "name": f"toolkit-{node_name}",
+            "namespace": "gpu-operator",
+            "resourceVersion": "1",
+            "labels": {"controller-revision-hash": hashed},
+            "ownerReferences": [{"kind": "DaemonSet", "uid": "tk"}],
+        },
+        "spec": {"nodeName": node_name},
+        "status": {"phase": "Running"},
+    }
+
+
+def with_operands(
+    live_spec: object,
+    *,
+    settling: bool = False,
+    live_commit: str | None = None,
+    revisions: tuple[str, str] = ("old", "new"),
+) -> PassSnapshot:
+    base = two_healthy()
+    pods = [toolkit_pod(f"gpu-{i}", h) for i, h in enumerate(revisions, 1)]
+    ops = OperandContext(
+        operands.read([TOOLKIT], REVS, pods),
+        {"lab": live_spec},
+        settling=settling,
+        live_commit=live_commit,
+    )
+    return replace(base, operands=ops)
+
+
+def test_operand_pods_behind_fold_into_progressing_and_out_of_sync() -> None:
+    obs = Observer().judge(with_operands(POLICY["spec"]), NEWEST)[0]["train"]
+    assert (obs.nodes_healthy, obs.nodes_progressing, obs.objects_in_sync) == (1, 1, False)
+    assert obs.first_failure == (
+        "operands: node gpu-1: nvidia-container-toolkit-daemonset at an old revision"
+    )
+
+
+def test_pool_keeping_the_previous_policy_counts_nodes_ahead() -> None:
+    obs = Observer().judge(with_operands({"x": 0}), NEWEST)[0]["train"]
+    assert (obs.nodes_healthy, obs.nodes_progressing, obs.objects_in_sync) == (2, 0, True)
+    assert obs.summary == f"on {DRIVER}, 1 node ahead of stage"
+
+
+def test_operator_settling_after_this_commit_was_applied_holds_every_node() -> None:
+    """Every pod on the current revision, but the operator may not have moved its DaemonSets to
+    the policy just applied: the pool waits rather than passing on the previous revision."""
+    obs = Observer().judge(
+        with_operands(POLICY["spec"], settling=True, live_commit=NEW, revisions=("new", "new")),
+        NEWEST,
+    )[0]["train"]
+    assert (obs.nodes_healthy, obs.nodes_progressing) == (0, 2)
+    assert obs.first_failure == "operands: the operator is reconciling the ClusterPolicy"
+
+
+def test_judging_is_repeatable_and_follows_changed_nodes() -> None:
+    """The ladder memo is keyed by its inputs: the same snapshot gives the same answer, and a
+    node that changed (new resourceVersion) is judged again."""
+    observer = Observer()
+    first = observer.judge(two_healthy(), NEWEST)
+    assert observer.judge(two_healthy(), NEWEST) == first
+    down = node(edit(healthy("gpu-2"), ready="Unknown"), rv="2")
+    nodes = [node(healthy("gpu-1")), down]
+    changed = snapshot(
+        nodes,
+        drivers={"train": driver("train", NEW)},
+        compiled=[NEWEST],
+        members={"train": nodes},
+        plans={("train", NEW): pool_plan("train", 2)},
+        reports=[report("gpu-1"), report("gpu-2")],
+    )
+    assert observer.judge(changed, NEWEST)[0]["train"].nodes_unhealthy == 1
+
+
+# -- the executor applies the read's plans --------------------------------------------------------
+def test_planned_only_while_the_pool_object_is_unchanged() -> None:
+    snap = two_healthy()
+    plan = snap.plans[("train", NEW)]
+    assert snap.planned("train", NEW, {"train": driver("train", NEW)}) is plan
+    assert snap.planned("train", NEW, {"train": driver("train", NEW, rv="2")}) is None
+    assert snap.planned("train", NEW, {}) is None
+    assert snap.planned("train", OLD, {"train": driver("train", NEW)}) is None
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.selections: list[engine.Selection] = []
+
+    def plan(
+        self, target: ClusterTarget, sel: engine.Selection, commit: str, **_: Any
+    ) -> engine.ClusterPlan:
+        self.selections.append(sel)
+        pools = tuple(pool_plan(p, 0, drifted=True) for p in sorted(sel.pools))
+        policy = (diff.ObjectDiff("ClusterPolicy", "cluster-policy", None, diff.Action.UNCHANGED),)
+        return engine.ClusterPlan(
+            target.name, commit, policy if sel.cluster_scoped else (), pools, ()
+        )
+
+
+def test_executor_plans_only_the_pools_the_read_did_not() -> None:
+    infer = pool(name="infer")
+    compiled = fleet(NEW, infer, TRAIN)
+    fake = _Engine()
+    none = cast(Any, None)
+    executor = Executor(
+        none,
+        engine=cast(Any, fake),
+        backend=none,
+        verdicts=none,
+        operands=none,
+        smoke=none,
+        nodes=none,
+        recorder=none,
+        metrics=none,
+        clock=none,
+        may_write=none,
+    )
+    sel = engine.select(compiled, compiled.clusters["lab"], stage="canary")
+    live = {"train": driver("train", NEW), "infer": driver("infer", OLD)}
+    plan = executor._plan(compiled.clusters["lab"], sel, NEW, live, two_healthy())
+    assert [s.pools for s in fake.selections] == [frozenset({"infer"})]
+    assert fake.selections[0].cluster_scoped and fake.selections[0].stage == "canary"
+    assert [p.pool for p in plan.pools] == ["infer", "train"]
+    assert plan.pools[0].objects[0].drifted  # planned now (the fake says drifted)
+    assert plan.pools[1] == pool_plan("train", 2)  # the read's plan
+    assert [o.kind for o in plan.cluster_objects] == ["ClusterPolicy"]
+    fake.selections.clear()
+    executor._plan(compiled.clusters["lab"], sel, NEW, live, None)
+    assert [s.pools for s in fake.selections] == [frozenset({"infer", "train"})]
