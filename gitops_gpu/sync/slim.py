@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from typing import Any, Generic, TypedDict, TypeVar
 
 import msgspec
 
 from gitops_gpu import names
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 Projection = Callable[[Obj], Obj]
 
 # Node annotations read by the ladder and the label batches (ours and the GPU Operator's).
@@ -36,6 +37,18 @@ ANNOTATION_PREFIXES = (names.GROUP + "/", "nvidia.com/")
 ALLOCATABLE_PREFIX = "nvidia.com/"
 _POD_CONDITIONS = frozenset({"Ready"})
 _CONTAINER_KEYS = ("name", "ready", "restartCount", "state")
+# NodeGPUReport status fields the ladder reads besides conditions, Xids and GPUs.
+_REPORT_KEYS = (
+    "nodeName",
+    "observedAt",
+    "heartbeatSeconds",
+    "driverVersion",
+    "gpuCount",
+    "migMode",
+    "xidMonitoring",
+    "xidEventsTotal",
+)
+_GPU_KEYS = ("index", "uuid", "state", "error")
 _META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
 
 
@@ -109,13 +122,60 @@ def pod(obj: Obj) -> Obj:
     }
 
 
+def report(obj: Obj) -> Obj:
+    """NodeGPUReports: what the ladder reads (freshness, NVMLReady, driver, per-GPU state, MIG,
+    ECC, page retirement, Xids); not the GPU telemetry (name, PCI, memory, temperature,
+    power) that changes on every heartbeat and no decision reads."""
+    status = obj.get("status") or {}
+    slim_status: Obj = {k: _i(status[k]) for k in _REPORT_KEYS if k in status}
+    if "conditions" in status:
+        slim_status["conditions"] = [_condition(c) for c in status["conditions"] or []]
+    if "xidEvents" in status:
+        slim_status["xidEvents"] = [
+            {k: _i(v) for k, v in ev.items()} for ev in status["xidEvents"] or []
+        ]
+    if "gpus" in status:
+        slim_status["gpus"] = [_gpu(g) for g in status["gpus"] or []]
+    return {
+        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES),
+        "status": slim_status,
+    }
+
+
+def _gpu(gpu: Mapping[str, Any]) -> Obj:
+    out: Obj = {k: _i(gpu[k]) for k in _GPU_KEYS if k in gpu}
+    for key in ("migMode", "pageRetirement"):
+        if isinstance(gpu.get(key), dict):
+            out[key] = _strings(gpu[key])
+    ecc = gpu.get("eccUncorrected")
+    if isinstance(ecc, dict) and "volatile" in ecc:
+        out["eccUncorrected"] = {"volatile": _i(ecc["volatile"])}
+    return out
+
+
+def policy(obj: Obj) -> Obj:
+    """The ClusterPolicy: whole, but each managedFields entry only says who wrote it and when
+    (the operand roll waits on our last apply; fieldsV1 is the bulk and nothing reads it)."""
+    meta = obj.get("metadata") or {}
+    meta["managedFields"] = [
+        {k: e[k] for k in ("manager", "operation", "time") if k in e}
+        for e in meta.get("managedFields") or []
+    ]
+    return obj
+
+
 def trimmed(obj: Obj) -> Obj:
     """Any other kind: whole, less managedFields (often the bulk; nothing reads them)."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
 
 
-PROJECTIONS: Mapping[str, Projection] = {"Node": node, "Pod": pod}
+PROJECTIONS: Mapping[str, Projection] = {
+    "Node": node,
+    "Pod": pod,
+    "NodeGPUReport": report,
+    "ClusterPolicy": policy,
+}
 
 
 def for_kind(kind: str) -> Projection:
@@ -198,24 +258,43 @@ class _Pod(TypedDict, total=False):
     status: _PodStatus
 
 
-class _NodeEvent(TypedDict, total=False):
+class _Gpu(TypedDict, total=False):
+    index: int
+    uuid: str
+    state: str
+    error: str
+    migMode: dict[str, Any]
+    eccUncorrected: dict[str, Any]
+    pageRetirement: dict[str, Any]
+
+
+class _ReportStatus(TypedDict, total=False):
+    nodeName: str
+    observedAt: str
+    heartbeatSeconds: int
+    driverVersion: str
+    gpuCount: int
+    migMode: str
+    xidMonitoring: str
+    xidEvents: list[dict[str, Any]]
+    xidEventsTotal: int
+    conditions: list[_Cond]
+    gpus: list[_Gpu]
+
+
+class _Report(TypedDict, total=False):
+    metadata: _Meta
+    status: _ReportStatus
+
+
+class _Event(TypedDict, Generic[T], total=False):
     type: str
-    object: _Node
+    object: T
 
 
-class _PodEvent(TypedDict, total=False):
-    type: str
-    object: _Pod
-
-
-class _NodeList(TypedDict, total=False):
+class _List(TypedDict, Generic[T], total=False):
     metadata: _ListMeta
-    items: list[_Node]
-
-
-class _PodList(TypedDict, total=False):
-    metadata: _ListMeta
-    items: list[_Pod]
+    items: list[T]
 
 
 Decode = Callable[[bytes], Any]
@@ -232,12 +311,14 @@ def _with_fallback(decoder: msgspec.json.Decoder[Any]) -> Decode:
 
 
 _EVENTS: Mapping[str, Decode] = {
-    "Node": _with_fallback(msgspec.json.Decoder(_NodeEvent)),
-    "Pod": _with_fallback(msgspec.json.Decoder(_PodEvent)),
+    "Node": _with_fallback(msgspec.json.Decoder(_Event[_Node])),
+    "Pod": _with_fallback(msgspec.json.Decoder(_Event[_Pod])),
+    "NodeGPUReport": _with_fallback(msgspec.json.Decoder(_Event[_Report])),
 }
 _LISTS: Mapping[str, Decode] = {
-    "Node": _with_fallback(msgspec.json.Decoder(_NodeList)),
-    "Pod": _with_fallback(msgspec.json.Decoder(_PodList)),
+    "Node": _with_fallback(msgspec.json.Decoder(_List[_Node])),
+    "Pod": _with_fallback(msgspec.json.Decoder(_List[_Pod])),
+    "NodeGPUReport": _with_fallback(msgspec.json.Decoder(_List[_Report])),
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from gitops_gpu import kube
 from gitops_gpu.components import evidence
-from gitops_gpu.sync import slim
+from gitops_gpu.sync import operands, slim
 from gitops_gpu.sync.live import Informer, node_ready
 
 NODE: dict[str, Any] = {
@@ -138,3 +138,31 @@ def test_typed_decode_falls_back_on_what_it_does_not_fit() -> None:
         ]
         is None
     )
+
+
+def test_the_cluster_policy_keeps_who_wrote_it_and_when() -> None:
+    fields = {"f:spec": {"f:driver": {}}}
+    cp = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {
+            "name": "cluster-policy",
+            "annotations": {"gitops-gpu.io/commit": "abc"},
+            "managedFields": [
+                {"manager": "gitops-gpu", "operation": "Apply", "time": "2026-12-01T10:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": fields},
+                {"manager": "gpu-operator", "operation": "Update", "time": "2026-12-01T10:00:05Z",
+                 "subresource": "status", "fieldsV1": fields},
+            ],
+        },
+        "spec": {"driver": {"enabled": True}},
+        "status": {"state": "ready"},
+    }  # fmt: skip
+    out = slim.for_kind("ClusterPolicy")(copy.deepcopy(cp))
+    assert out["spec"] == cp["spec"] and out["status"] == cp["status"]
+    assert out["metadata"]["annotations"] == cp["metadata"]["annotations"]
+    assert out["metadata"]["managedFields"] == [
+        {"manager": "gitops-gpu", "operation": "Apply", "time": "2026-12-01T10:00:00Z"},
+        {"manager": "gpu-operator", "operation": "Update", "time": "2026-12-01T10:00:05Z"},
+    ]
+    assert operands.applied_at(out, "gitops-gpu") == operands.applied_at(cp, "gitops-gpu")
