@@ -34,12 +34,14 @@ class OperandRoller:
         self.client, self.nodes, self.pods = client, nodes, pods
         self.daemonsets = Informer(client, *operands.DAEMONSET_API, namespace=namespace)
         self.revisions = Informer(client, *operands.REVISION_API, namespace=namespace)
+        # Watched, not read per pass: an idle pass must not GET it (issue 19's request budget).
+        self.policies = Informer(client, *names.CLUSTER_POLICY_API)
         self.refused: dict[str, str] = {}  # node -> why its last eviction was refused
         self.clock: Callable[[], float] = time.time
 
     @property
-    def informers(self) -> tuple[Informer, Informer]:
-        return (self.daemonsets, self.revisions)
+    def informers(self) -> tuple[Informer, Informer, Informer]:
+        return (self.daemonsets, self.revisions, self.policies)
 
     def read(self) -> operands.Operands:
         return operands.read(self.daemonsets.items(), self.revisions.items(), self.pods.items())
@@ -72,7 +74,7 @@ class OperandRoller:
         ops = self.read()
         if not ops.daemonsets:
             return OperandContext(ops, {}, dict(self.refused))
-        live = self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+        live = self.policies.get(names.CLUSTER_POLICY_NAME)
         specs = self.live_policy_specs(compiled_for, live or {})
         spec = (live or {}).get("spec")
         settling = self.settling(live or {}, spec if isinstance(spec, Mapping) else None)
