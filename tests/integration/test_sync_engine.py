@@ -12,7 +12,10 @@ from ruamel.yaml import YAML
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
+from gitops_gpu.fleet.compile import compile_fleet
+from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.preflight import crd_source
+from gitops_gpu.sync import engine
 from gitops_gpu_dev.testbed import nodes
 from gitops_gpu_dev.testbed.session import Testbed
 
@@ -322,3 +325,47 @@ def test_apply_checks_against_the_clusters_own_crds_when_none_are_named(
     rc, _out, err = run(capsys, *args, "--crds", str(empty))
     assert rc == 2
     assert "--crds" in err
+
+
+def test_a_status_write_does_not_cost_a_server_side_diff(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator writes NVIDIADriver status often; an idle pass must not dry-run every pool
+    again for it. A spec or label change still does, and is seen."""
+    tb = clean_cluster
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    sha = tb.client.list(*DRV)["items"][0]["metadata"]["annotations"][names.COMMIT_ANNOTATION]
+    compiled = compile_fleet(load_repo(fleet_remote.work), sha)
+    (target,) = compiled.clusters.values()
+    selection = engine.Selection(frozenset(target.pools), False)
+    eng = engine.Engine(tb.client)
+
+    def diffs() -> tuple[int, engine.ClusterPlan]:
+        before = tb.client.requests.copy()
+        plan = eng.plan(target, selection, sha)
+        made = tb.client.requests - before
+        return sum(n for k, n in made.items() if k.startswith("PATCH")), plan
+
+    assert diffs()[0] == len(target.pools)  # cold: one dry-run per pool
+    assert diffs() == (0, diffs()[1])
+    pool = sorted(target.pools)[0]
+    tb.client.apply(
+        {
+            "apiVersion": DRV[0],
+            "kind": DRV[1],
+            "metadata": {"name": pool},
+            "status": {"state": "notReady"},
+        },
+        field_manager="operator",
+        subresource="status",
+        force=True,
+    )
+    live = tb.client.get(*DRV, pool)
+    assert live is not None and live["status"]["state"] == "notReady"
+    patches, plan = diffs()
+    assert patches == 0 and plan.in_sync
+    tb.client.patch(*DRV, pool, {"spec": {"version": "570.195.03"}}, field_manager="kubectl-edit")
+    patches, plan = diffs()
+    assert patches == 1 and not plan.in_sync
+    (drifted,) = [o for p in plan.pools for o in p.objects if o.drifted]
+    assert drifted.name == pool
