@@ -14,9 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
 
 from gitops_gpu import kube
-from gitops_gpu.fleet.scaffold import minimal_base, write_repo
+from gitops_gpu.fleet.scaffold import write_repo
 from gitops_gpu_dev.testbed import nodes, session
 
 # kwok renews each node's Lease every 10 s by default: 500 writes/s at 5,000 nodes, which two
@@ -27,6 +30,7 @@ CALM_NODES = {
     "GITOPS_GPU_KWOK_ARGS": "--node-lease-duration-seconds=600",
     "GITOPS_GPU_KCM_ARGS": "--node-monitor-grace-period=30m",
 }
+EXAMPLE_BASE = Path(__file__).parent.parent / "fleet-repo-example" / "base" / "clusterpolicy.yaml"
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-B200", "NVIDIA-A100-SXM4-80GB")
 
 
@@ -50,6 +54,14 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def example_base(driver: str) -> dict[str, Any]:
+    """fleet-repo-example's ClusterPolicy (complete operand images, as the real GPU Operator
+    needs) with ``driver`` pinned."""
+    base: dict[str, Any] = YAML(typ="safe").load(EXAMPLE_BASE.read_text())
+    base["spec"]["driver"]["version"] = driver
+    return base
+
+
 def write_fleet(work: Path, pools: int, driver: str = "580.126.20") -> None:
     specs = {
         f"pool-{i:02d}": {"gpu": {"product": PRODUCTS[i % len(PRODUCTS)]}, "maxUnavailable": "25%"}
@@ -61,7 +73,7 @@ def write_fleet(work: Path, pools: int, driver: str = "580.126.20") -> None:
         {"name": "canary", "pools": names_[:1], "gate": gate},
         {"name": "fleet", "pools": names_[1:], "gate": gate},
     ]
-    write_repo(work, specs, base=minimal_base(driver), stages=stages, name="bench")
+    write_repo(work, specs, base=example_base(driver), stages=stages, name="bench")
 
 
 def create_nodes(client: kube.Client, work: Path, per_pool: int) -> list[str]:

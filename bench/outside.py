@@ -135,8 +135,11 @@ class AuditLog:
             resource = ref.get("resource", ev.get("requestURI", "?"))
             if ref.get("subresource"):
                 resource += "/" + ref["subresource"]
+            verb = ev.get("verb", "?")
+            if "dryRun=" in ev.get("requestURI", ""):
+                verb += " (dry-run)"  # a server-side diff, not a write
             when = ev.get("requestReceivedTimestamp", ev.get("stageTimestamp", ""))
-            self.events.append((_unix(when), ev["user"]["username"], ev.get("verb", "?"), resource))
+            self.events.append((_unix(when), ev["user"]["username"], verb, resource))
 
     def count(self, users: set[str], since: float, until: float) -> collections.Counter[str]:
         """'verb resource' -> requests by ``users`` in [since, until) (unix time)."""
