@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from components_builders import DRIVER, NOW, edit, healthy, pool, status_for
+from components_builders import DRIVER, NOW, edit, healthy, node_obj, pool, status_for
 
 from gitops_gpu import names
 from gitops_gpu.components.evidence import NodeEvidence
@@ -335,3 +335,52 @@ def test_executor_plans_only_the_pools_the_read_did_not() -> None:
     fake.selections.clear()
     executor._plan(compiled.clusters["lab"], sel, NEW, live, None)
     assert [s.pools for s in fake.selections] == [frozenset({"infer", "train"})]
+
+
+# -- the read -------------------------------------------------------------------------------------
+class _Informer:
+    def __init__(self, items: Sequence[Obj]) -> None:
+        self._items, self.version = list(items), 1
+
+    def items(self) -> list[Obj]:
+        return list(self._items)
+
+
+class _PlanningEngine:
+    def __init__(self) -> None:
+        self.planned: list[tuple[frozenset[str], str, int]] = []
+
+    def plan(
+        self, target: ClusterTarget, sel: engine.Selection, commit: str, **kw: Any
+    ) -> engine.ClusterPlan:
+        self.planned.append((sel.pools, commit, len(kw["nodes"])))
+        pools = tuple(pool_plan(p, len(kw["nodes"])) for p in sorted(sel.pools))
+        return engine.ClusterPlan(target.name, commit, (), pools, ())
+
+
+def test_read_plans_each_pool_at_its_commit_and_observe_judges_it() -> None:
+    """Observer.observe (status's one-shot path) = Reader.read, then judge."""
+    infer = pool(name="infer")
+    newest = fleet(NEW, infer, TRAIN, pool(name="serve"))
+    old = fleet(OLD, pool(name="infer"), pool(name="train", driver_version="570.86.10"))
+    gpu1, gpu9 = node_obj("gpu-1"), node_obj("gpu-9", pool_name="infer")
+    nodes, reports = _Informer([gpu1, gpu9]), _Informer([report("gpu-1"), report("gpu-9")])
+    asked: list[str] = []
+
+    def compiled_for(sha: str) -> CompiledFleet | None:
+        asked.append(sha)
+        return {OLD: old, NEW: newest}.get(sha)
+
+    drivers = {"infer": driver("infer", NEW), "train": driver("train", OLD)}
+    fake = _PlanningEngine()
+    observer = Observer(cast(Any, nodes), cast(Any, reports), cast(Any, _Informer([])))
+    pools, _ = observer.observe(cast(Any, fake), drivers, newest, compiled_for)
+    assert sorted(fake.planned) == [(frozenset({"infer"}), NEW, 1), (frozenset({"train"}), OLD, 1)]
+    assert sorted(asked) == [OLD, NEW]  # once per commit
+    assert pools["train"].commit == OLD and pools["train"].summary == "on 570.86.10"
+    assert pools["infer"].objects_in_sync and pools["infer"].nodes_total == 1
+    assert "serve" not in pools  # no objects yet
+    assert observer.reader is not None
+    snap = observer.reader.read(cast(Any, fake), drivers, newest, compiled_for)
+    assert set(snap.compiled) == {OLD, NEW} and set(snap.plans) == {("infer", NEW), ("train", OLD)}
+    assert [n["metadata"]["name"] for n in snap.members["infer"]] == ["gpu-9"]
