@@ -113,6 +113,16 @@ class NotFoundError(KubeError):
     pass
 
 
+# Watches hold a connection each and node labels go out up to 32 at once; the default (5 per
+# CPU) would open and drop a TLS connection for every request beyond it.
+POOL_CONNECTIONS = 48
+
+
+def _api(cfg: kubernetes.client.Configuration) -> kubernetes.client.ApiClient:
+    cfg.connection_pool_maxsize = max(POOL_CONNECTIONS, cfg.connection_pool_maxsize)
+    return kubernetes.client.ApiClient(cfg)
+
+
 class Client:
     """A kube-apiserver connection speaking plain dicts."""
 
@@ -137,7 +147,7 @@ class Client:
                 f"cannot load kubeconfig {path or '~/.kube/config'}: {exc}",
                 fix="pass --kubeconfig with a readable kubeconfig file",
             ) from exc
-        return cls(kubernetes.client.ApiClient(cfg))
+        return cls(_api(cfg))
 
     @classmethod
     def from_token(cls, host: str, token: str, ca_file: str) -> Client:
@@ -145,7 +155,7 @@ class Client:
         cfg.host = host
         cfg.api_key = {"authorization": "Bearer " + token}
         cfg.ssl_ca_cert = ca_file
-        return cls(kubernetes.client.ApiClient(cfg))
+        return cls(_api(cfg))
 
     def close(self) -> None:
         self.api.close()

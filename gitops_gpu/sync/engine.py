@@ -110,6 +110,10 @@ class ApplyResult:
     nodes_pending: int = 0  # label changes left for a later pass (maxUnavailable reached)
 
 
+# Pools labelled at once; each writes up to 8 nodes at once (_patch_nodes).
+POOLS_IN_FLIGHT = 4
+
+
 def _digest(manifest: Obj) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
@@ -272,8 +276,17 @@ class Engine:
         for orphan in plan.orphan_nodes:
             self._patch_node(orphan, plan.commit)
             result.label_batches.append([orphan.node])
-        for pool in plan.pools:
-            self._apply_pool_labels(pool, plan.commit, result, all_batches, batch_timeout)
+        # Pools are independent (each waits only on its own nodes): label them side by side, so
+        # a 125-pool stage is not 125 pools of round trips one after another.
+        labelled = [p for p in plan.pools if p.nodes]
+        with ThreadPoolExecutor(max_workers=max(1, min(POOLS_IN_FLIGHT, len(labelled)))) as ex:
+            done = ex.map(
+                lambda p: self._apply_pool_labels(p, plan.commit, all_batches, batch_timeout),
+                labelled,
+            )
+            for batches, pending in done:  # in plan order: the result reads the same each run
+                result.label_batches.extend(batches)
+                result.nodes_pending += pending
         return result
 
     def _patch_node(self, d: diff.NodeLabelDiff, commit: str) -> None:
@@ -294,13 +307,15 @@ class Engine:
             list(pool.map(lambda d: self._patch_node(d, commit), batch))
 
     def _apply_pool_labels(
-        self, pool: PoolPlan, commit: str, result: ApplyResult, all_batches: bool, timeout: float
-    ) -> None:
+        self, pool: PoolPlan, commit: str, all_batches: bool, timeout: float
+    ) -> tuple[list[list[str]], int]:
+        """The pool's label batches written, and its label changes left for a later pass."""
+        batches: list[list[str]] = []
         # Bookkeeping-only changes (pool label, ownership) disrupt nothing: all nodes at once.
         gentle = [d for d in pool.nodes if not labels.is_disruptive(d)]
         if gentle:
             self._patch_nodes(gentle, commit)
-            result.label_batches.append([d.node for d in gentle])
+            batches.append([d.node for d in gentle])
         pending = [d for d in pool.nodes if labels.is_disruptive(d)]
         deadline = time.monotonic() + timeout
         members = self._pool_nodes(pool) if pending else []
@@ -308,7 +323,7 @@ class Engine:
             batch = labels.next_batch(pending, members, pool.max_unavailable)
             if batch:
                 self._patch_nodes(batch, commit)
-                result.label_batches.append([d.node for d in batch])
+                batches.append([d.node for d in batch])
                 done = {d.node for d in batch}
                 pending = [d for d in pending if d.node not in done]
             if not pending or not all_batches or time.monotonic() > deadline:
@@ -317,4 +332,4 @@ class Engine:
             # the budget is used up and we wait for nodes to finish.
             time.sleep(0.2 if batch else 1.0)
             members = self._pool_nodes(pool)
-        result.nodes_pending += len(pending)
+        return batches, len(pending)
