@@ -1,7 +1,7 @@
 """Benchmark `gitops-gpu controller` at fleet scale, and Flux beside it, measured from outside.
 
     python bench/controller.py [--pools 125] [--nodes-per-pool 40] [--interval 5]
-                               [--operator sim|real] [--no-peer]
+                               [--operator auto|real|sim] [--no-peer]
 
 Both run as their own processes, each as its own ServiceAccount, on one testbed with the same
 KWOK nodes, fetching the same fleet remote over smart HTTP (`git http-backend`) at the same
@@ -12,7 +12,8 @@ bench's pollers (which use the admin identity, not counted).
 Prints every figure with its target and exits 1 when one misses or a peer cannot be built or
 run: a figure is printed only when it was measured in this run.
 
-``--operator sim`` is the default at this scale; see SIM_REASON.
+``--operator auto`` (the default) runs the real GPU Operator up to REAL_MAX_NODES nodes and
+the simulator above; see SIM_REASON.
 """
 
 from __future__ import annotations
@@ -43,11 +44,16 @@ from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev.testbed import controlplane, flux_build
+from gitops_gpu_dev.testbed.operator import NAMESPACE as OPERATOR_NAMESPACE
 
+# The real GPU Operator is the default; above this many nodes the simulator plays it. Measured
+# with --operator real (README, "Fleet scale"): ~OPERAND_PODS_PER_NODE operand pods a node,
+# each scheduled by kube-scheduler and run by kwok, on the same 2 shared cores as the apiserver.
+REAL_MAX_NODES = 400
 SIM_REASON = (
-    "the real GPU Operator runs ~7 operand pods per node (measured: see README, 'Fleet scale'): "
-    "tens of thousands of pods at 5,000 nodes, more than kube-scheduler, kwok and one apiserver "
-    "schedule on 2 shared cores"
+    f"above {REAL_MAX_NODES} nodes the real GPU Operator's operand pods (measured: ~7 a node) "
+    "are more than kube-scheduler, kwok and one apiserver run on 2 shared cores; pass "
+    "--operator real to try"
 )
 CTL_USER = outside.user(outside.BENCH_NS, "gitops-gpu")
 FLUX_USERS = {
@@ -77,13 +83,16 @@ def main() -> int:
     ap.add_argument("--nodes-per-pool", type=int, default=40)
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--idle-seconds", type=float, default=60.0)
-    ap.add_argument("--operator", choices=("real", "sim"), default="sim")
+    ap.add_argument("--operator", choices=("auto", "real", "sim"), default="auto")
     ap.add_argument("--no-peer", action="store_true", help="measure gitops-gpu only")
     args = ap.parse_args()
     # `timeout` and CI send SIGTERM: unwind, so the testbed and the controllers are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    if args.operator == "sim":
-        print(f"GPU Operator: simulated ({SIM_REASON})")
+    if args.operator == "auto":
+        small = args.pools * args.nodes_per_pool <= REAL_MAX_NODES
+        args.operator = "real" if small else "sim"
+        if not small:
+            print(f"GPU Operator: simulated ({SIM_REASON})")
     binaries = None
     if not args.no_peer:
         try:
@@ -174,6 +183,13 @@ def ours(
             f"{total:.1f}s",
         )
         report.figure("  where it went", ", ".join(f"{k} at {v:.1f}s" for k, v in marks.items()))
+        if args.operator == "real":
+            pods = client.list("v1", "Pod", namespace=OPERATOR_NAMESPACE)["items"]
+            on_nodes = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
+            nodes = args.pools * args.nodes_per_pool
+            report.figure(
+                "  real GPU Operator: operand pods per node", f"{on_nodes / nodes:.1f} ({on_nodes})"
+            )
         writes = audit.count({CTL_USER}, started, started + total)
         patches = writes.get("patch nodes", 0)
         report.figure("  controller requests during it", f"{sum(writes.values())}")
