@@ -5,13 +5,14 @@ idle pass LISTs nothing but drivers, and the engine's dry runs), with no client 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names, timefmt
-from gitops_gpu.components import evidence, ladder, signals
+from gitops_gpu.components import evidence, ladder, nfd, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.inputs import PoolObservation
@@ -31,12 +32,17 @@ __all__ = ["MEMO_MAX_AGE", "Observer", "OperandContext", "Snapshot", "fold_opera
 Obj = dict[str, Any]
 
 
-MEMO_MAX_AGE = 60.0  # a verdict is recomputed at least this often, whatever changed
+# A verdict is recomputed at least this often (spread over 1-2x by node name), whatever
+# changed: a safety net; the times a verdict can change with no object changing (the report
+# going stale, the NFD grace of a new node) end its validity exactly.
+MEMO_MAX_AGE = 300.0
 
 
 @dataclass(frozen=True)
 class _Verdict:
     key: tuple[object, ...]
+    report: Obj | None  # the report it judged, to tell a heartbeat from a change
+    fresh: bool  # the report was fresh when judged
     valid_until: datetime
     health: NodeHealth
 
@@ -72,12 +78,15 @@ class Observer:
             name = node["metadata"]["name"]
             report = snap.reports.get(name)
             pods = snap.pods_by_node.get(name, [])
-            key = (compiled.commit, pool, _rv(node), _rv(report), tuple(_rv(p) for p in pods))
+            key = (compiled.commit, pool, _rv(node), tuple(_rv(p) for p in pods))
             memo = self._verdicts.get(name)
+            if memo is not None and memo.key == key and memo.report is not report:
+                memo = _heartbeat(memo, node, report, snap.now)
             if memo is None or memo.key != key or snap.now >= memo.valid_until:
                 ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
-                memo = _Verdict(key, _valid_until(report, snap.now), ladder.walk(ev, target))
-                self._verdicts[name] = memo
+                until, fresh = _validity(node, report, snap.now)
+                memo = _Verdict(key, report, fresh, until, ladder.walk(ev, target))
+            self._verdicts[name] = memo
             verdicts.append(memo.health)
         return aggregate(pool, verdicts)
 
@@ -164,12 +173,37 @@ def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObse
     return obs
 
 
-def _valid_until(report: Obj | None, now: datetime) -> datetime:
-    """When a verdict may change with no object changing: the report going stale."""
-    cap = now + timedelta(seconds=MEMO_MAX_AGE)
+def _heartbeat(memo: _Verdict, node: Obj, report: Obj | None, now: datetime) -> _Verdict | None:
+    """The memo still holds when the report only moved its observedAt (the agent's heartbeat,
+    every node every couple of minutes) and was and is fresh: the ladder reads observedAt only
+    to tell fresh from stale. None: judge again."""
+    if memo.report is None or report is None or not memo.fresh:
+        return None
+    if _without_time(memo.report) != _without_time(report):
+        return None
+    until, fresh = _validity(node, report, now)
+    return replace(memo, report=report, valid_until=until) if fresh else None
+
+
+def _without_time(report: Obj) -> dict[str, Any]:
+    return {k: v for k, v in (report.get("status") or {}).items() if k != "observedAt"}
+
+
+def _validity(node: Obj, report: Obj | None, now: datetime) -> tuple[datetime, bool]:
+    """Until when a verdict holds with no object changing, and whether the report is fresh."""
+    name = str(node["metadata"].get("name", ""))
+    spread = 1 + (zlib.crc32(name.encode()) % 1000) / 1000  # so verdicts do not expire at once
+    until = now + timedelta(seconds=MEMO_MAX_AGE * spread)
+    created = timefmt.parse(node["metadata"].get("creationTimestamp"))
+    if created is not None:
+        graced = created + timedelta(seconds=nfd.NEW_NODE_GRACE_SECONDS)
+        if graced > now:
+            until = min(until, graced)
     status = (report or {}).get("status") or {}
     observed = timefmt.parse(status.get("observedAt"))
     if observed is None:
-        return cap
+        return until, False
     stale_at = observed + timedelta(seconds=signals.stale_limit(status, DEFAULT_OPTIONS))
-    return min(cap, stale_at) if stale_at > now else cap
+    if stale_at <= now:
+        return until, False
+    return min(until, stale_at), True

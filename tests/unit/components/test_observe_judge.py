@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, cast
 
 from components_builders import DRIVER, NOW, edit, healthy, node_obj, pool, status_for
 
 from gitops_gpu import names
+from gitops_gpu.components import ladder
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import Health
 from gitops_gpu.execute import Executor
@@ -18,7 +20,7 @@ from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget, 
 from gitops_gpu.observe import Observer
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import OperandContext, PassSnapshot, Snapshot
-from gitops_gpu.sync import diff, engine, operands
+from gitops_gpu.sync import diff, engine, operands, slim
 
 Obj = dict[str, Any]
 OLD, NEW = "a" * 40, "b" * 40
@@ -384,3 +386,97 @@ def test_read_plans_each_pool_at_its_commit_and_observe_judges_it() -> None:
     snap = observer.reader.read(cast(Any, fake), drivers, newest, compiled_for)
     assert set(snap.compiled) == {OLD, NEW} and set(snap.plans) == {("infer", NEW), ("train", OLD)}
     assert [n["metadata"]["name"] for n in snap.members["infer"]] == ["gpu-9"]
+
+
+# --- the verdict memo: judged again exactly when a verdict can change ----------------------
+
+
+def _at(snap: PassSnapshot, seconds: float, reports: Sequence[Obj] | None = None) -> PassSnapshot:
+    """``snap`` ``seconds`` after NOW, with ``reports`` (new objects) in place of its reports."""
+    by_name = snap.informers.reports
+    if reports is not None:
+        by_name = {r["metadata"]["name"]: r for r in reports}
+    informers = replace(snap.informers, reports=by_name, now=NOW + timedelta(seconds=seconds))
+    return replace(snap, informers=informers)
+
+
+def _walks(monkeypatch: Any) -> list[str]:
+    walked: list[str] = []
+    real = ladder.walk
+
+    def counting(ev: NodeEvidence, target: PoolTarget, *a: Any) -> Any:
+        walked.append(ev.name)
+        return real(ev, target, *a)
+
+    monkeypatch.setattr(ladder, "walk", counting)
+    return walked
+
+
+def _beat(name: str, age: float = 0.0, rv: str = "2", **overrides: Any) -> Obj:
+    """A report as the informer keeps it (sync/slim.py's projection)."""
+    return slim.report(
+        {
+            "metadata": {"name": name, "resourceVersion": rv},
+            "status": status_for(name, age=age, **overrides),
+        }
+    )
+
+
+def test_a_report_heartbeat_keeps_the_verdict_and_its_freshness(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    snap = two_healthy()  # reports observed 30 s before NOW
+    snap = _at(snap, 0, [_beat("gpu-1", age=30, rv="1"), _beat("gpu-2", age=30, rv="1")])
+    obs = Observer()
+    assert obs.judge(snap, NEWEST)[1]["train"].health is Health.HEALTHY
+    assert sorted(walked) == ["gpu-1", "gpu-2"]
+    beats = [_beat("gpu-1"), _beat("gpu-2")]  # observed at NOW: only observedAt moved
+    assert obs.judge(_at(snap, 60, beats), NEWEST)[1]["train"].health is Health.HEALTHY
+    # 285 s on, the first reports would be stale (limit 300 s) but the heartbeats are not.
+    assert obs.judge(_at(snap, 285, beats), NEWEST)[1]["train"].health is Health.HEALTHY
+    assert len(walked) == 2
+    # Without another heartbeat the report does go stale: judged again, and unknown.
+    assert obs.judge(_at(snap, 301, beats), NEWEST)[1]["train"].health is Health.UNKNOWN
+    assert len(walked) == 4
+
+
+def test_a_heartbeat_after_a_stale_report_is_judged_again(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    obs, snap = Observer(), two_healthy()
+    stale = _at(snap, 0, [_beat("gpu-1", age=3600, rv="1"), _beat("gpu-2", age=3600, rv="1")])
+    assert obs.judge(stale, NEWEST)[1]["train"].health is Health.UNKNOWN
+    fresh = _at(snap, 5, [_beat("gpu-1", age=-5), _beat("gpu-2", age=-5)])
+    assert obs.judge(fresh, NEWEST)[1]["train"].health is Health.HEALTHY
+    assert len(walked) == 4
+
+
+def test_a_report_that_changed_is_judged_again(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    obs = Observer()
+    snap = _at(two_healthy(), 0, [_beat("gpu-1", age=30, rv="1"), _beat("gpu-2", age=30, rv="1")])
+    obs.judge(snap, NEWEST)
+    xid = _at(snap, 5, [_beat("gpu-1", xid_events=[(0, 79)]), _beat("gpu-2")])
+    assert obs.judge(xid, NEWEST)[1]["train"].health is Health.DEGRADED
+    assert walked[2:] == ["gpu-1"]
+
+
+def test_a_new_node_is_judged_again_when_its_nfd_grace_ends(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    created = (NOW - timedelta(seconds=590)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    new = edit(healthy("gpu-1"), labels={"feature.node.kubernetes.io/pci-10de.present": None})
+    obj = node(new)
+    obj["metadata"]["labels"].pop(names.GPU_PRESENT_LABEL, None)
+    obj["metadata"]["creationTimestamp"] = created
+    snap = snapshot(
+        [obj],
+        drivers={"train": driver("train", NEW)},
+        compiled=[NEWEST],
+        members={"train": [obj]},
+        plans={("train", NEW): pool_plan("train", 1)},
+        reports=[report("gpu-1")],
+    )
+    obs = Observer()
+    assert obs.judge(snap, NEWEST)[1]["train"].health is Health.PROGRESSING
+    assert obs.judge(_at(snap, 5), NEWEST)[1]["train"].health is Health.PROGRESSING
+    assert len(walked) == 1
+    assert obs.judge(_at(snap, 11), NEWEST)[1]["train"].health is Health.DEGRADED
+    assert len(walked) == 2
