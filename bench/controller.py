@@ -203,7 +203,7 @@ def ours(
             "gitops-gpu idle RSS", f"{idle.rss_mib:.0f} MiB", "< 150 MiB", idle.rss_mib < 150
         )
         report.figure(
-            f"gitops-gpu idle CPU at {args.interval:.0f}s polls",
+            f"gitops-gpu idle CPU at {args.interval:.0f}s polls (git children in)",
             f"{idle.cpu_pct:.2f}% of a core",
             "< 1%",
             idle.cpu_pct < 1,

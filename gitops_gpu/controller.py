@@ -32,6 +32,7 @@ from gitops_gpu.rollout import machine, record
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
+from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.status import (
     PENDING,
@@ -113,6 +114,10 @@ class Controller:
             token_file=cfg.status_token_file,
             git_env=credentials_env(cfg.repo)[0],
         )
+        if isinstance(self.backend, GitNotesBackend) and self.backend.remote == "origin":
+            # The poll's ls-remote also reports the notes ref: an idle pass fetches nothing.
+            self.source.watched = (NOTES_REF,)
+            self.backend.remote_ref = self._remote_notes
         self.nodes = Informer(client, "v1", "Node")
         self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
         self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
@@ -172,6 +177,10 @@ class Controller:
         problem = cluster_error([c.name for c in refs], self.cfg.cluster)
         if problem is not None:
             raise problem
+
+    def _remote_notes(self) -> str | None:
+        refs = self.source.remote_refs
+        return None if refs is None else refs.get(NOTES_REF)
 
     def trigger(self) -> None:
         """A webhook or a person asked for a pass now."""

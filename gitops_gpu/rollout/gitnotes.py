@@ -57,6 +57,11 @@ class GitNotesBackend(StatusBackend):
     ) -> None:
         self.repo_path = Path(repo_path)
         self.remote = remote
+        # The remote's notes ref as the fleet source's last poll saw it ("" absent, None
+        # unknown), when the controller wires it: refresh() then fetches only when it moved.
+        self.remote_ref: Callable[[], str | None] | None = None
+        self._synced: str | None = None  # the remote notes sha the local ref is known to hold
+        self._notes: dict[str, list[CommitStatus]] = {}  # sha -> its note, for the local ref
         self._attempts = attempts
         self._base_delay = base_delay
         self._sleep = sleep
@@ -74,11 +79,16 @@ class GitNotesBackend(StatusBackend):
     # --- reading ------------------------------------------------------------------------------
     def refresh(self) -> None:
         with self._lock:
+            seen = self.remote_ref() if self.remote_ref is not None else None
+            if self.remote is not None and seen is not None and seen == self._synced:
+                return  # an idle pass: no fetch, and the notes read last pass still hold
             self._fetch()
 
     def list_statuses(self, sha: str) -> list[CommitStatus]:
         with self._lock:
-            return self._read(sha)
+            if sha not in self._notes:
+                self._notes[sha] = self._read(sha)
+            return list(self._notes[sha])
 
     # --- writing ------------------------------------------------------------------------------
     def _write(self, status: CommitStatus) -> bool:
@@ -97,6 +107,7 @@ class GitNotesBackend(StatusBackend):
                     return True
                 push = self._git("push", "--quiet", self.remote, f"{NOTES_REF}:{NOTES_REF}")
                 if push.returncode == 0:
+                    self._synced = self._local_ref()
                     return True
                 problem = push.stderr.strip()
                 log.info(
@@ -133,13 +144,21 @@ class GitNotesBackend(StatusBackend):
                 fix="check that git is installed and the remote is reachable",
             ) from None
 
+    def _local_ref(self) -> str:
+        done = self._git("rev-parse", "-q", "--verify", NOTES_REF)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     def _fetch(self) -> None:
+        self._notes.clear()  # with no remote, another process may write the notes in place
+        self._synced = None
         if self.remote is None:
             return
         done = self._git("fetch", "--quiet", "--no-tags", self.remote, f"+{NOTES_REF}:{NOTES_REF}")
         if done.returncode == 0:
+            self._synced = self._local_ref()
             return
         if "couldn't find remote ref" in done.stderr:
+            self._synced = ""
             return  # nobody has written a status yet
         raise StatusBackendError(
             f"could not fetch {NOTES_REF} from {self.remote} in {self.repo_path}: "
@@ -176,6 +195,7 @@ class GitNotesBackend(StatusBackend):
         return entries
 
     def _store(self, sha: str, entries: list[CommitStatus]) -> None:
+        self._notes.pop(sha, None)
         text = "".join(
             json.dumps(
                 {

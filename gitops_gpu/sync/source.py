@@ -120,6 +120,13 @@ class GitSource:
         # after its commit, so the poll also watches refs/tags and fetches when they change.
         self.tags = tags
         self._remote_tags: str | None = None  # the tag refs as of the last fetch
+        # Other refs the poll's one ls-remote also reports (the git-notes status record's ref):
+        # their remote shas as of the last poll, "" for absent; None when that poll failed.
+        self.watched: tuple[str, ...] = ()
+        self.remote_refs: dict[str, str] | None = None
+        # The mirror is ours alone and changes only in fetch(): an idle poll runs no local git.
+        self._head: str | None = None
+        self._history: tuple[str | None, int, list[BranchCommit]] | None = None
 
     # -- mirror ---------------------------------------------------------------------------------
     @property
@@ -153,17 +160,23 @@ class GitSource:
         return self._ls_remote()[0]
 
     def _ls_remote(self) -> tuple[str, str]:
-        """(branch head, the remote's tag refs as text; "" unless ``tags``): one round trip."""
+        """(branch head, the remote's tag refs as text; "" unless ``tags``): one round trip,
+        which also updates ``remote_refs``."""
         self.ls_remote_calls += 1
+        self.remote_refs = None
         patterns = [f"refs/heads/{self.branch}", *(["refs/tags/*"] if self.tags else [])]
-        out = self._git("ls-remote", self.url, *patterns)
+        out = self._git("ls-remote", self.url, *patterns, *self.watched)
         head, tags = None, []
+        refs = dict.fromkeys(self.watched, "")
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref == f"refs/heads/{self.branch}":
                 head = sha
             elif ref.startswith("refs/tags/"):
                 tags.append(line)
+            if ref in refs:
+                refs[ref] = sha
+        self.remote_refs = refs
         if head is None:
             raise SourceError(
                 f"branch {self.branch!r} not found on {_redact(self.url, self._secret)}",
@@ -172,13 +185,16 @@ class GitSource:
         return head, "\n".join(sorted(tags))
 
     def local_head(self) -> str | None:
-        try:
-            return self.repo.git.rev_parse(f"refs/remotes/origin/{self.branch}")  # type: ignore[no-any-return]
-        except git.GitCommandError:
-            return None
+        if self._head is None:
+            try:
+                self._head = str(self.repo.git.rev_parse(f"refs/remotes/origin/{self.branch}"))
+            except git.GitCommandError:
+                return None
+        return self._head
 
     def fetch(self) -> None:
         self.fetch_calls += 1
+        self._head = None
         tags = ["+refs/tags/*:refs/tags/*"] if self.tags else []
         self._git(
             "fetch",
@@ -217,6 +233,9 @@ class GitSource:
 
     def commits(self, limit: int = 20) -> list[BranchCommit]:
         """The tracked branch's commits, newest first (first-parent history)."""
+        head = self.local_head()
+        if self._history is not None and self._history[:2] == (head, limit):
+            return list(self._history[2])
         out = self.repo.git.log(
             f"refs/remotes/origin/{self.branch}",
             "--first-parent",
@@ -227,7 +246,8 @@ class GitSource:
         for line in out.splitlines():
             sha, ts, subject = line.split("\x00", 2)
             commits.append(BranchCommit(sha, subject, int(ts)))
-        return commits
+        self._history = (head, limit, commits)
+        return list(commits)
 
     def resolve(self, rev: str) -> str:
         try:

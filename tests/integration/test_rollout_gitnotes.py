@@ -240,3 +240,52 @@ def test_a_restarted_controller_resumes_the_soak_from_the_notes(remote: Remote) 
         (SUCCESS, "canary: 2/2 nodes on 580.126.20, soaked 10m")
     ]
     assert [e["state"] for e in remote.note(sha)] == [SUCCESS, PENDING, SUCCESS]
+
+
+def test_an_idle_refresh_fetches_and_reads_nothing(remote: Remote) -> None:
+    """Wired to the fleet source's ls-remote (remote_ref), a refresh fetches only when the
+    remote notes moved, and a note is read once until then."""
+    sha = remote.shas[-1]
+    seen: dict[str, str | None] = {"ref": None}
+    backend = GitNotesBackend(remote.clone(), sleep=lambda _s: None)
+    backend.remote_ref = lambda: seen["ref"]
+    ran: list[str] = []
+    real = backend._git
+
+    def counting(*args: str, stdin: str | None = None) -> Any:
+        ran.append(args[0] if args[0] != "notes" else f"notes {args[3]}")
+        return real(*args, stdin=stdin)
+
+    backend._git = counting  # type: ignore[method-assign]
+
+    def ls_remote() -> str:
+        out = subprocess.run(
+            ["git", "ls-remote", str(remote.bare), NOTES_REF],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return out.split("\t")[0] if out else ""
+
+    backend.refresh()  # unknown remote ref: fetches
+    assert ran == ["fetch"] and backend.list_statuses(sha) == []
+    seen["ref"] = ls_remote()  # "": nobody wrote yet
+    ran.clear()
+    for _ in range(3):
+        backend.refresh()
+        assert backend.list_statuses(sha) == []
+    assert ran == []  # nothing fetched, nothing read again
+    assert backend.set_status(status(sha, PENDING, "canary: rolling out", at=10.0))
+    seen["ref"] = ls_remote()  # our own push
+    ran.clear()
+    backend.refresh()
+    assert [s.state for s in backend.list_statuses(sha)] == [PENDING]
+    assert ran == ["notes show"]
+    other = GitNotesBackend(remote.clone(), sleep=lambda _s: None)
+    other.refresh()
+    assert other.set_status(status(sha, SUCCESS, "canary: 2/2 nodes", at=20.0))
+    seen["ref"] = ls_remote()  # another writer's push: fetched and read again
+    ran.clear()
+    backend.refresh()
+    assert [s.state for s in backend.list_statuses(sha)] == [PENDING, SUCCESS]
+    assert ran[0] == "fetch" and "notes show" in ran

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,35 @@ def test_credentials_in_the_url_never_reach_disk_or_errors(tmp_path: Path) -> No
     assert "127.0.0.1:9/fleet.git" in config and token not in config and "ci:" not in config
     stored = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert stored and all(token.encode() not in p.read_bytes() for p in stored)
+
+
+def test_an_idle_poll_runs_only_ls_remote_and_reports_watched_refs(
+    remote: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare, work = remote
+    src = GitSource(f"file://{bare}", tmp_path / "cache")
+    src.watched = ("refs/notes/x",)
+    src.poll()
+    assert src.remote_refs == {"refs/notes/x": ""}  # absent on the remote
+    assert [c.subject for c in src.commits()] == ["one"]
+    ran: list[str] = []
+    real = type(src.repo.git).execute  # Git has __slots__: patch the class
+
+    def counting(self: Any, command: list[str], *a: Any, **kw: Any) -> Any:
+        ran.append(command[1])
+        return real(self, command, *a, **kw)
+
+    monkeypatch.setattr(type(src.repo.git), "execute", counting)
+    src.poll()
+    assert [c.subject for c in src.commits()] == ["one"]
+    assert src.local_head() == git(bare, "rev-parse", "main")
+    assert ran == ["ls-remote"]  # no rev-parse, no log: the mirror only changes by fetch
+    git(work, "notes", "--ref", "x", "add", "-m", "n", "HEAD")
+    git(work, "push", "-q", "origin", "refs/notes/x")
+    (work / "a.yaml").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "origin", "main")
+    src.poll()
+    assert src.remote_refs == {"refs/notes/x": git(bare, "rev-parse", "refs/notes/x")}
+    assert [c.subject for c in src.commits()] == ["two", "one"]
+    assert src.local_head() == git(bare, "rev-parse", "main")
