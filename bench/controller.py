@@ -244,7 +244,8 @@ def ours(
             f"<= {args.interval + 2:.0f}s",
             took <= args.interval + 2,
         )
-        rollout_marks(client, notes, polled, stages, args.pools, time.time(), 1800)
+        if not args.no_peer:  # the peer is measured on a quiet fleet: this rollout done
+            rollout_marks(client, notes, polled, stages, args.pools, time.time(), 1800)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
