@@ -13,10 +13,12 @@ Scalars follow YAML 1.2 core schema (``yes``/``on`` stay strings), timestamps st
 
 from __future__ import annotations
 
+import collections
+import copy
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +160,30 @@ def _check_tabs(file: str, text: str) -> None:
             )
 
 
+# Parsed files by (name, text, limits): a new commit re-parses only the files it changed (a
+# driver bump in base/ leaves 125 pool files as they were). ruamel parses ~10 ms a file.
+_PARSED: collections.OrderedDict[tuple[str, str, tuple[int, ...]], list[Document]] = (
+    collections.OrderedDict()
+)
+PARSED_MAX = 2048
+
+
 def parse_documents(file: str, text: str) -> list[Document]:
-    """Parse every document of ``text``; raise FleetError with file:line:column on any problem."""
+    """Parse every document of ``text``; raise FleetError with file:line:column on any problem.
+    Each call returns its own copy of the data (callers may change it)."""
+    key = (file, text, astuple(LIMITS))
+    docs = _PARSED.get(key)
+    if docs is None:
+        docs = _parse_documents(file, text)
+        _PARSED[key] = docs
+        if len(_PARSED) > PARSED_MAX:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return [Document(d.file, copy.deepcopy(d.data), d.positions) for d in docs]
+
+
+def _parse_documents(file: str, text: str) -> list[Document]:
     _check_tabs(file, text)
     yaml = YAML(typ="safe", pure=True)
     docs: list[Document] = []
