@@ -6,7 +6,7 @@ idle pass LISTs nothing but drivers, and the engine's dry runs), with no client 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,19 +16,9 @@ from gitops_gpu.components import evidence, ladder, nfd, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.inputs import PoolObservation
-from gitops_gpu.snapshot import (
-    CompiledFor,
-    OperandContext,
-    PassSnapshot,
-    Reader,
-    Snapshot,
-    holds,
-)
-from gitops_gpu.sync import engine, operands
-from gitops_gpu.sync.live import Informer
+from gitops_gpu.snapshot import PassSnapshot, Snapshot, holds
+from gitops_gpu.sync import operands
 
-# OperandContext and Snapshot moved to snapshot.py; they are still importable from here.
-__all__ = ["MEMO_MAX_AGE", "Observer", "OperandContext", "Snapshot", "fold_operands"]
 Obj = dict[str, Any]
 
 
@@ -57,16 +47,7 @@ class Observer:
     gone stale (idle passes at 2,000 nodes): a memo keyed by its inputs, so ``judge`` answers
     as if it walked every node's ladder again."""
 
-    def __init__(
-        self,
-        nodes: Informer | None = None,
-        reports: Informer | None = None,
-        pods: Informer | None = None,
-    ) -> None:
-        # The informers are only for ``observe`` (read and judge in one call).
-        self.reader: Reader | None = None
-        if nodes is not None and reports is not None and pods is not None:
-            self.reader = Reader(nodes, reports, pods)
+    def __init__(self) -> None:
         self._verdicts: dict[str, _Verdict] = {}
 
     def pool_health(
@@ -89,20 +70,6 @@ class Observer:
             self._verdicts[name] = memo
             verdicts.append(memo.health)
         return aggregate(pool, verdicts)
-
-    def observe(
-        self,
-        eng: engine.Engine,
-        drivers: Mapping[str, Obj],
-        newest: CompiledFleet,
-        compiled_for: CompiledFor,
-        ops: OperandContext | None = None,
-    ) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
-        """Read and judge in one call, for one-shot callers (``status``); a controller pass
-        reads with its own ``Reader`` and keeps the snapshot for the executor."""
-        if self.reader is None:
-            raise TypeError("Observer.observe needs the informers; judge() a snapshot instead")
-        return self.judge(self.reader.read(eng, drivers, newest, compiled_for, ops), newest)
 
     def judge(
         self, snap: PassSnapshot, newest: CompiledFleet

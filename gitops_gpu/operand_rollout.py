@@ -15,7 +15,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
-from gitops_gpu.observe import OperandContext
+from gitops_gpu.snapshot import OperandContext
 from gitops_gpu.sync import labels, operands
 from gitops_gpu.sync.live import Informer, selector_matches
 

@@ -30,6 +30,7 @@ from gitops_gpu.rollout.status import (
     approval_context,
     stage_context,
 )
+from gitops_gpu.snapshot import Reader
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader
 from gitops_gpu.sync.source import BranchCommit
@@ -111,7 +112,8 @@ def _observe(
             inf.wait_synced()
         eng = engine.Engine(client, LiveReader(client, nodes))
         drivers = eng.reader.managed(*names.NVIDIA_DRIVER_API)
-        return Observer(nodes, reports, pods).observe(eng, drivers, compiled, ctl.compiled_for)
+        snap = Reader(nodes, reports, pods).read(eng, drivers, compiled, ctl.compiled_for)
+        return Observer().judge(snap, compiled)
     finally:
         for inf in informers:
             inf.stop()

@@ -19,7 +19,7 @@ from gitops_gpu.execute import Executor
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget, StageSpec
 from gitops_gpu.observe import Observer
 from gitops_gpu.rollout.inputs import PoolObservation
-from gitops_gpu.snapshot import OperandContext, PassSnapshot, Snapshot
+from gitops_gpu.snapshot import OperandContext, PassSnapshot, Reader, Snapshot
 from gitops_gpu.sync import diff, engine, operands, slim
 
 Obj = dict[str, Any]
@@ -360,8 +360,8 @@ class _PlanningEngine:
         return engine.ClusterPlan(target.name, commit, (), pools, ())
 
 
-def test_read_plans_each_pool_at_its_commit_and_observe_judges_it() -> None:
-    """Observer.observe (status's one-shot path) = Reader.read, then judge."""
+def test_read_plans_each_pool_at_its_commit_and_judge_observes_it() -> None:
+    """Reader.read, then Observer.judge (a pass; also status's one-shot path)."""
     infer = pool(name="infer")
     newest = fleet(NEW, infer, TRAIN, pool(name="serve"))
     old = fleet(OLD, pool(name="infer"), pool(name="train", driver_version="570.86.10"))
@@ -375,17 +375,16 @@ def test_read_plans_each_pool_at_its_commit_and_observe_judges_it() -> None:
 
     drivers = {"infer": driver("infer", NEW), "train": driver("train", OLD)}
     fake = _PlanningEngine()
-    observer = Observer(cast(Any, nodes), cast(Any, reports), cast(Any, _Informer([])))
-    pools, _ = observer.observe(cast(Any, fake), drivers, newest, compiled_for)
+    reader = Reader(cast(Any, nodes), cast(Any, reports), cast(Any, _Informer([])))
+    snap = reader.read(cast(Any, fake), drivers, newest, compiled_for)
     assert sorted(fake.planned) == [(frozenset({"infer"}), NEW, 1), (frozenset({"train"}), OLD, 1)]
     assert sorted(asked) == [OLD, NEW]  # once per commit
+    assert set(snap.compiled) == {OLD, NEW} and set(snap.plans) == {("infer", NEW), ("train", OLD)}
+    assert [n["metadata"]["name"] for n in snap.members["infer"]] == ["gpu-9"]
+    pools, _ = Observer().judge(snap, newest)
     assert pools["train"].commit == OLD and pools["train"].summary == "on 570.86.10"
     assert pools["infer"].objects_in_sync and pools["infer"].nodes_total == 1
     assert "serve" not in pools  # no objects yet
-    assert observer.reader is not None
-    snap = observer.reader.read(cast(Any, fake), drivers, newest, compiled_for)
-    assert set(snap.compiled) == {OLD, NEW} and set(snap.plans) == {("infer", NEW), ("train", OLD)}
-    assert [n["metadata"]["name"] for n in snap.members["infer"]] == ["gpu-9"]
 
 
 # --- the verdict memo: judged again exactly when a verdict can change ----------------------
