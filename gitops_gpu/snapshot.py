@@ -103,6 +103,7 @@ class Reader:
         # label key -> value -> nodes, for one nodes version: pools find their members by
         # lookup, so a change costs one pass over the nodes, not one per pool.
         self._index: tuple[int, dict[str, dict[str, list[Obj]]]] = (-1, {})
+        self._plans: dict[str, tuple[tuple[object, ...], engine.PoolPlan]] = {}
 
     def informers(self) -> Snapshot:
         pods: dict[str, list[Obj]] = {}
@@ -143,19 +144,41 @@ class Reader:
                 compiled = seen[commit]
                 if compiled is None or not holds(compiled, pool):
                     continue
-                target = compiled.clusters[compiled.pool(pool).cluster]
                 found = self.members(compiled, pool, snap)
-                plan = eng.plan(
-                    target,
-                    engine.Selection(frozenset({pool}), False),
-                    compiled.commit,
-                    drivers=drivers,
-                    nodes=found,
-                )
                 members[pool] = found
-                plans[(pool, compiled.commit)] = plan.pools[0]
+                plans[(pool, compiled.commit)] = self._plan(
+                    eng, compiled, pool, drivers, found, snap.nodes_version
+                )
         known = {c: f for c, f in seen.items() if f is not None}
         return PassSnapshot(snap, drivers, known, members, plans, ops)
+
+    def _plan(
+        self,
+        eng: engine.Engine,
+        compiled: CompiledFleet,
+        pool: str,
+        drivers: Mapping[str, Obj],
+        found: Sequence[Obj],
+        nodes_version: int,
+    ) -> engine.PoolPlan:
+        """The pool's plan at ``compiled``; the last one while its inputs are the same (no
+        node changed, its NVIDIADriver's spec and metadata as they were): an idle pass plans
+        nothing."""
+        live = drivers.get(str(compiled.pool(pool).driver["metadata"]["name"]))
+        key = (compiled.commit, nodes_version, engine.live_key(live) if live else None)
+        cached = self._plans.get(pool)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        target = compiled.clusters[compiled.pool(pool).cluster]
+        plan = eng.plan(
+            target,
+            engine.Selection(frozenset({pool}), False),
+            compiled.commit,
+            drivers=drivers,
+            nodes=found,
+        ).pools[0]
+        self._plans[pool] = (key, plan)
+        return plan
 
     def members(self, compiled: CompiledFleet, pool: str, snap: Snapshot) -> list[Obj]:
         """The pool's nodes; recomputed only when some node changed since the last pass."""

@@ -118,7 +118,7 @@ def _digest(manifest: Obj) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
-def _live_key(live: Obj) -> str:
+def live_key(live: Obj) -> str:
     """What a server-side diff of ``live`` depends on: its spec (``generation``, which status
     writes do not bump: the operator writes NVIDIADriver and ClusterPolicy status often) and
     its labels and annotations (which do not bump it either)."""
@@ -140,7 +140,7 @@ class Engine:
         self.client = client
         self.reader = reader or LiveReader(client)
         self.field_manager = field_manager
-        # (kind, name) -> (_live_key, manifest digest): known to be in sync.
+        # (kind, name) -> (live_key, manifest digest): known to be in sync.
         self._in_sync: dict[tuple[str, str], tuple[str, str]] = {}
         self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
 
@@ -148,14 +148,14 @@ class Engine:
     def _diff(self, manifest: Obj, live: Obj | None, pool: str | None) -> diff.ObjectDiff:
         key = (str(manifest["kind"]), str(manifest["metadata"]["name"]))
         digest = _digest(manifest)
-        if live is not None and self._in_sync.get(key) == (_live_key(live), digest):
+        if live is not None and self._in_sync.get(key) == (live_key(live), digest):
             return diff.ObjectDiff(key[0], key[1], pool, diff.Action.UNCHANGED, (), manifest)
         dry = self.client.apply(
             manifest, field_manager=self.field_manager, dry_run=True, force=True
         )
         result = diff.diff_object(manifest, dry, live, pool)
         if live is not None and not result.drifted and not result.stale_commit:
-            self._in_sync[key] = (_live_key(live), digest)
+            self._in_sync[key] = (live_key(live), digest)
         return result
 
     def _label_diff(self, node: Obj, desired: Mapping[str, str], pool: str) -> diff.NodeLabelDiff:

@@ -180,7 +180,9 @@ class LiveReader:
         return items
 
     def managed(self, api_version: str, kind: str) -> dict[str, Obj]:
-        items = self.client.list(api_version, kind, label_selector=MANAGED_SELECTOR)["items"]
+        items = self.client.list(
+            api_version, kind, label_selector=MANAGED_SELECTOR, decode=slim.OBJECT_LIST
+        )["items"]
         return {o["metadata"]["name"]: o for o in items}
 
     def get(self, api_version: str, kind: str, name: str) -> Obj | None:

@@ -297,6 +297,30 @@ class _List(TypedDict, Generic[T], total=False):
     items: list[T]
 
 
+class _ObjectMeta(TypedDict, total=False):
+    """Every metadata field but managedFields (often most of an object; nothing reads it)."""
+
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    generation: int
+    creationTimestamp: str
+    deletionTimestamp: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[dict[str, Any]]
+    finalizers: list[str]
+
+
+class _Object(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: _ObjectMeta
+    spec: Any
+    status: Any
+
+
 Decode = Callable[[bytes], Any]
 
 
@@ -320,6 +344,10 @@ _LISTS: Mapping[str, Decode] = {
     "Pod": _with_fallback(msgspec.json.Decoder(_List[_Pod])),
     "NodeGPUReport": _with_fallback(msgspec.json.Decoder(_List[_Report])),
 }
+
+
+# Any object, whole but for managedFields: the managed NVIDIADrivers LISTed every pass.
+OBJECT_LIST: Decode = _with_fallback(msgspec.json.Decoder(_List[_Object]))
 
 
 def event_decoder(kind: str) -> Decode | None:

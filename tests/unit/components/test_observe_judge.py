@@ -387,6 +387,33 @@ def test_read_plans_each_pool_at_its_commit_and_judge_observes_it() -> None:
     assert "serve" not in pools  # no objects yet
 
 
+def test_an_idle_read_plans_nothing_and_a_change_plans_that_pool_again() -> None:
+    infer = pool(name="infer")
+    newest = fleet(NEW, infer, TRAIN)
+    nodes = _Informer([node_obj("gpu-1"), node_obj("gpu-9", pool_name="infer")])
+    reader = Reader(cast(Any, nodes), cast(Any, _Informer([])), cast(Any, _Informer([])))
+    drivers = {"infer": driver("infer", NEW), "train": driver("train", NEW)}
+    for d in drivers.values():
+        d["metadata"].update(uid="u", generation=1)
+    fake = _PlanningEngine()
+
+    def read() -> list[str]:
+        before = len(fake.planned)
+        reader.read(cast(Any, fake), drivers, newest, {NEW: newest}.get)
+        return sorted(p for pools, _c, _n in fake.planned[before:] for p in pools)
+
+    assert read() == ["infer", "train"]
+    drivers["train"]["metadata"]["resourceVersion"] = "2"  # a status write
+    assert read() == []
+    drivers["train"]["metadata"]["generation"] = 2  # someone edited its spec
+    assert read() == ["train"]
+    drivers["infer"]["metadata"]["annotations"][names.COMMIT_ANNOTATION] = OLD
+    assert read() == []  # OLD does not compile here: nothing to plan
+    drivers["infer"]["metadata"]["annotations"][names.COMMIT_ANNOTATION] = NEW
+    nodes.version = 2  # a node changed
+    assert read() == ["infer", "train"]
+
+
 # --- the verdict memo: judged again exactly when a verdict can change ----------------------
 
 
