@@ -86,6 +86,8 @@ class GitNotesBackend(StatusBackend):
 
     def list_statuses(self, sha: str) -> list[CommitStatus]:
         with self._lock:
+            if self.remote is None:  # notes written in place by others: read through
+                return self._read(sha)
             if sha not in self._notes:
                 self._notes[sha] = self._read(sha)
             return list(self._notes[sha])
@@ -149,7 +151,7 @@ class GitNotesBackend(StatusBackend):
         return done.stdout.strip() if done.returncode == 0 else ""
 
     def _fetch(self) -> None:
-        self._notes.clear()  # with no remote, another process may write the notes in place
+        self._notes.clear()
         self._synced = None
         if self.remote is None:
             return
