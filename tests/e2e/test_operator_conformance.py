@@ -10,6 +10,7 @@ must agree, so the simulator cannot drift from the real operator again.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -95,25 +96,39 @@ def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     env.tb.client.patch(
         "v1", "Node", "canary-000", {"metadata": {"annotations": {sim.FAULT_ANN: "upgrade-failed"}}}
     )
-    bad = env.remote.commit("bump that fails on canary", set_driver("580.159.03"))
-    env.wait("canary fails", lambda: env.state(bad, "canary") == "failure", timeout=120)
-    env.wait("canary rolled back", lambda: env.pool_commit("canary") == bump)
+    # upgrade-failed lasts until the rollback's driver pod is Ready again, which may come
+    # before the controller's rollback is seen here: watch for it from the bad commit on.
+    failed_at: dict[str, Any] = {}
+    stop = threading.Event()
 
-    def failed_there() -> bool:
-        node = env.tb.client.get("v1", "Node", "canary-000")
-        return bool(node) and node["metadata"]["labels"].get(names.UPGRADE_STATE_LABEL) == (
-            "upgrade-failed"
-        )
+    def watch_canary_000() -> None:
+        while not stop.is_set() and not failed_at:
+            node = env.tb.client.get("v1", "Node", "canary-000") or {}
+            labels = node.get("metadata", {}).get("labels", {})
+            if labels.get(names.UPGRADE_STATE_LABEL) == "upgrade-failed":
+                cp = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+                failed_at["upgrade"] = "upgrade-failed"
+                failed_at["clusterpolicy"] = ((cp or {}).get("status") or {}).get("state")
+            stop.wait(0.1)
 
+    watcher = threading.Thread(target=watch_canary_000, daemon=True)
+    watcher.start()
     try:
-        env.wait("canary-000 upgrade-failed", failed_there)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_diagnose(env)}") from None
+        bad = env.remote.commit("bump that fails on canary", set_driver("580.159.03"))
+        env.wait("canary fails", lambda: env.state(bad, "canary") == "failure", timeout=120)
+        env.wait("canary rolled back", lambda: env.pool_commit("canary") == bump)
+        try:
+            env.wait("canary-000 upgrade-failed", lambda: bool(failed_at))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnose(env)}") from None
+    finally:
+        stop.set()
+        watcher.join(10)
     failed = _observe(env, bad, capsys)
     seen["failure"] = {
-        "canary-000": failed["nodes"]["canary-000"]["upgrade"],
+        "canary-000": failed_at["upgrade"],
         "stages": failed["stages"],
-        "clusterpolicy": failed["clusterpolicy"],
+        "clusterpolicy": failed_at["clusterpolicy"],
         "others": {k: v for k, v in failed["nodes"].items() if not k.startswith("canary-")},
     }
     return seen
