@@ -38,7 +38,14 @@ def test_xid_fault_breaks_the_bound_naming_value_and_bound(prombed: PromBed) -> 
     analyzer = Analyzer(prombed.url, timeout=30)
     windowed = MetricSpec("xid-10s", XID.query, max=0, for_seconds=10)
     util = MetricSpec("util", 'min(DCGM_FI_DEV_GPU_UTIL{Hostname=~"$nodes"})', min=10)
-    healthy = analyzer.evaluate(stage(XID, windowed, util), CANARY)
+    # A windowed query is a subquery at aligned steps: it has data once a step falls after the
+    # series' first sample, which may be up to one step after the series itself appears.
+    deadline = time.monotonic() + 30
+    while (healthy := analyzer.evaluate(stage(XID, windowed, util), CANARY)).state is (
+        AnalysisState.NO_DATA
+    ):
+        assert time.monotonic() < deadline, healthy
+        time.sleep(0.5)
     assert healthy.state is AnalysisState.OK, healthy
     prombed.fault("canary-1", "xid79")
     try:
