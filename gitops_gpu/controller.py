@@ -43,7 +43,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.snapshot import PassSnapshot, Reader
 from gitops_gpu.sync import engine
-from gitops_gpu.sync.live import Informer, LiveReader
+from gitops_gpu.sync.live import Informer, LiveReader, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
@@ -120,7 +120,7 @@ class Controller:
             self.backend.remote_ref = self._remote_notes
         self.nodes = Informer(client, "v1", "Node")
         self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
-        self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace)
+        self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace, log_by=pod_node)
         self.operands = OperandRoller(client, cfg.operator_namespace, self.nodes, self.pods)
         self.engine = engine.Engine(client, LiveReader(client, self.nodes))
         self.reader = Reader(self.nodes, self.reports, self.pods)

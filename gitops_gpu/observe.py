@@ -14,7 +14,7 @@ from typing import Any
 from gitops_gpu import names, timefmt
 from gitops_gpu.components import evidence, ladder, nfd, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
-from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import PassSnapshot, Snapshot, holds
 from gitops_gpu.sync import operands
@@ -41,35 +41,80 @@ def _rv(obj: Obj | None) -> str | None:
     return None if obj is None else str(obj["metadata"].get("resourceVersion"))
 
 
+@dataclass(frozen=True)
+class _PoolMemo:
+    """A pool's last health: reused while no member changed and no verdict expired."""
+
+    commit: str
+    members: Sequence[Obj]  # the member list judged
+    names: frozenset[str]
+    valid_until: datetime  # the earliest member verdict's
+    health: PoolHealth
+
+
 class Observer:
     """Judges a pass's snapshot (snapshot.py) into per-pool observations. A node's ladder
     verdict is reused while its node, report and pods are unchanged and the report cannot have
-    gone stale (idle passes at 2,000 nodes): a memo keyed by its inputs, so ``judge`` answers
-    as if it walked every node's ladder again."""
+    gone stale: a memo keyed by its inputs, so ``judge`` answers as if it walked every node's
+    ladder again. When the snapshot carries the informers' change logs, a pass looks only at
+    the nodes that changed since the last one it judged, and a pool none of whose members
+    changed (and none of whose verdicts expired) keeps its health: an idle pass at 5,000 nodes
+    touches the few nodes whose report heartbeat arrived, not every node."""
 
     def __init__(self) -> None:
         self._verdicts: dict[str, _Verdict] = {}
+        self._pools: dict[str, _PoolMemo] = {}
+        self._last: Snapshot | None = None  # the informers' view last judged
 
     def pool_health(
-        self, compiled: CompiledFleet, pool: str, snap: Snapshot, members: Sequence[Obj]
+        self,
+        compiled: CompiledFleet,
+        pool: str,
+        snap: Snapshot,
+        members: Sequence[Obj],
+        changed: frozenset[str] | None = None,
     ) -> PoolHealth:
+        """The pool's health; ``changed``: the nodes that changed since the last judge (None:
+        unknown, every member is looked at)."""
+        memo = self._pools.get(pool)
+        if (
+            changed is not None
+            and memo is not None
+            and memo.commit == compiled.commit
+            and snap.now < memo.valid_until
+            and (memo.members is members or memo.names == _names(members))
+            and memo.names.isdisjoint(changed)
+        ):
+            self._pools[pool] = replace(memo, members=members)
+            return memo.health
         target = compiled.pool(pool)
         verdicts: list[NodeHealth] = []
+        until: datetime | None = None
         for node in members:
-            name = node["metadata"]["name"]
-            report = snap.reports.get(name)
-            pods = snap.pods_by_node.get(name, [])
-            key = (compiled.commit, pool, _rv(node), tuple(_rv(p) for p in pods))
-            memo = self._verdicts.get(name)
-            if memo is not None and memo.key == key and memo.report is not report:
-                memo = _heartbeat(memo, node, report, snap.now)
-            if memo is None or memo.key != key or snap.now >= memo.valid_until:
-                ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
-                until, fresh = _validity(node, report, snap.now)
-                memo = _Verdict(key, report, fresh, until, ladder.walk(ev, target))
-            self._verdicts[name] = memo
-            verdicts.append(memo.health)
-        return aggregate(pool, verdicts)
+            verdict = self._node(compiled.commit, pool, target, node, snap)
+            verdicts.append(verdict.health)
+            until = verdict.valid_until if until is None else min(until, verdict.valid_until)
+        health = aggregate(pool, verdicts)
+        if until is not None:
+            self._pools[pool] = _PoolMemo(compiled.commit, members, _names(members), until, health)
+        return health
+
+    def _node(
+        self, commit: str, pool: str, target: PoolTarget, node: Obj, snap: Snapshot
+    ) -> _Verdict:
+        name = node["metadata"]["name"]
+        report = snap.reports.get(name)
+        pods = snap.pods_by_node.get(name, [])
+        key = (commit, pool, _rv(node), tuple(_rv(p) for p in pods))
+        memo = self._verdicts.get(name)
+        if memo is not None and memo.key == key and memo.report is not report:
+            memo = _heartbeat(memo, node, report, snap.now)
+        if memo is None or memo.key != key or snap.now >= memo.valid_until:
+            ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
+            until, fresh = _validity(node, report, snap.now)
+            memo = _Verdict(key, report, fresh, until, ladder.walk(ev, target))
+        self._verdicts[name] = memo
+        return memo
 
     def judge(
         self, snap: PassSnapshot, newest: CompiledFleet
@@ -80,6 +125,7 @@ class Observer:
         out: dict[str, PoolObservation] = {}
         health: dict[str, PoolHealth] = {}
         ops = snap.operands
+        changed = snap.informers.changed_since(self._last)
         for cluster in newest.clusters.values():
             for pool in sorted(cluster.pools):
                 live = snap.drivers.get(str(cluster.pools[pool].driver["metadata"]["name"]))
@@ -94,7 +140,7 @@ class Observer:
                 target_cluster = compiled.clusters[compiled.pool(pool).cluster]
                 members = snap.members.get(pool, ())
                 plan = snap.plans.get((pool, compiled.commit))
-                ph = self.pool_health(compiled, pool, snap.informers, members)
+                ph = self.pool_health(compiled, pool, snap.informers, members, changed)
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
                 out[pool] = PoolObservation(
@@ -117,7 +163,15 @@ class Observer:
                         waiting = "operands: the operator is reconciling the ClusterPolicy"
                         state = operands.PoolOperands(len(members), 0, 0, waiting)
                     out[pool] = fold_operands(out[pool], state)
+        # A pool not judged now would miss this pass's changes: its memo goes.
+        for gone in self._pools.keys() - health.keys():
+            del self._pools[gone]
+        self._last = snap.informers
         return out, health
+
+
+def _names(members: Sequence[Obj]) -> frozenset[str]:
+    return frozenset(n["metadata"]["name"] for n in members)
 
 
 def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObservation:

@@ -32,7 +32,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.snapshot import Reader
 from gitops_gpu.sync import engine
-from gitops_gpu.sync.live import Informer, LiveReader
+from gitops_gpu.sync.live import Informer, LiveReader, pod_node
 from gitops_gpu.sync.source import BranchCommit
 
 
@@ -103,7 +103,7 @@ def _observe(
     """What one cluster's pools run and how healthy they are, read through ``client``."""
     nodes = Informer(client, "v1", "Node")
     reports = Informer(client, *names.NODE_GPU_REPORT_API)
-    pods = Informer(client, "v1", "Pod", namespace=ctl.cfg.operator_namespace)
+    pods = Informer(client, "v1", "Pod", namespace=ctl.cfg.operator_namespace, log_by=pod_node)
     informers = (nodes, reports, pods)
     for inf in informers:
         inf.start()

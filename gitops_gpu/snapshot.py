@@ -16,7 +16,7 @@ from typing import Any
 from gitops_gpu import names
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.sync import engine, operands
-from gitops_gpu.sync.live import Informer, selector_matches
+from gitops_gpu.sync.live import ChangeLog, Informer, selector_matches
 
 Obj = dict[str, Any]
 CompiledFor = Callable[[str], CompiledFleet | None]
@@ -31,6 +31,22 @@ class Snapshot:
     reports: Mapping[str, Obj]
     pods_by_node: Mapping[str, list[Obj]]
     now: datetime
+    # The nodes', reports' and pods' (by node) change logs as of this read; None: not known,
+    # and a judge of this snapshot looks at every node.
+    logs: tuple[ChangeLog, ChangeLog, ChangeLog] | None = None
+
+    def changed_since(self, earlier: Snapshot | None) -> frozenset[str] | None:
+        """Nodes whose node, report or pods changed after ``earlier`` was read; None when
+        that is not known."""
+        if earlier is None or self.logs is None or earlier.logs is None:
+            return None
+        changed: set[str] = set()
+        for log, before in zip(self.logs, earlier.logs, strict=True):
+            names_ = log.since(before)
+            if names_ is None:
+                return None
+            changed |= names_
+        return frozenset(changed)
 
 
 @dataclass(frozen=True)
@@ -106,18 +122,21 @@ class Reader:
         self._plans: dict[str, tuple[tuple[object, ...], engine.PoolPlan]] = {}
 
     def informers(self) -> Snapshot:
+        # Logs and version first: a change racing the copies is then seen again next pass.
+        logs = (self.nodes.change_log(), self.reports.change_log(), self.pods.change_log())
+        version = self.nodes.version
         pods: dict[str, list[Obj]] = {}
         for pod in self.pods.items():
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 pods.setdefault(node, []).append(pod)
-        version = self.nodes.version  # read first: a change racing the copy forces a recompute
         return Snapshot(
             self.nodes.items(),
             version,
-            {r["metadata"]["name"]: r for r in self.reports.items()},
+            self.reports.by_name(),
             pods,
             datetime.now(UTC),
+            logs,
         )
 
     def read(

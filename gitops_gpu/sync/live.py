@@ -4,15 +4,19 @@ An informer LISTs once (in pages, so 5,000 nodes never sit in memory whole) and 
 a watch, so a steady-state pass reads nodes from memory; a watch that expires (410 Gone) or
 breaks re-lists, which is the only other LIST. It keeps a projection of each object
 (:mod:`slim`), and an event whose projection is unchanged (a kubelet heartbeat) is not a
-change: ``version`` does not move, so passes reuse what they computed.
+change: ``version`` does not move, so passes reuse what they computed. Each change is also
+logged by key (:class:`ChangeLog`), so a pass can ask which objects changed since the last one
+and redo only their work.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import kube, names
@@ -23,6 +27,10 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MANAGED_SELECTOR = f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY_VALUE}"
 LIST_PAGE = 500  # objects per LIST page: bounds the parse's peak memory at start
+# Changes kept in an informer's log; past it the older half is dropped, and a reader further
+# behind than what is left is told "unknown" (and redoes everything).
+LOG_MAX = 16384
+LogKey = Callable[[Obj], str | None]
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -33,12 +41,44 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+def pod_node(pod: Mapping[str, Any]) -> str | None:
+    """A pod's node: the key pod changes are logged by (a pass asks which nodes' pods moved)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
 def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+@dataclass(frozen=True)
+class ChangeLog:
+    """An informer's change log as it stood at one moment: which keys (names, or what the
+    informer logs by) changed after an earlier view. The list is shared with the informer,
+    which only appends to it or replaces it (a trim, a re-list), so a view never changes."""
+
+    source: object  # the log's identity: a new one after a re-list
+    version: int  # the informer's version at this view
+    entries: list[tuple[int, str]]  # (version, key), ascending
+    end: int  # entries[:end] were there at this view
+    floor: int  # changes at versions <= floor are no longer (or never were) in the log
+
+    def since(self, earlier: ChangeLog | None) -> frozenset[str] | None:
+        """Keys changed after ``earlier`` up to this view; None when that is not known (no
+        earlier view, another log, or one further back than the log reaches)."""
+        if earlier is None or earlier.source is not self.source or earlier.version < self.floor:
+            return None
+        start = bisect.bisect_right(self.entries, earlier.version, 0, self.end, key=_version)
+        return frozenset(key for _v, key in self.entries[start : self.end])
+
+
+def _version(entry: tuple[int, str]) -> int:
+    return entry[0]
+
+
 class Informer:
-    """Objects of one kind by name, kept current by list+watch in a daemon thread."""
+    """Objects of one kind by name, kept current by list+watch in a daemon thread.
+    ``log_by``: the key a change is logged under (default: the object's name)."""
 
     def __init__(
         self,
@@ -49,6 +89,7 @@ class Informer:
         label_selector: str = "",
         namespace: str | None = None,
         watch_timeout: int = 300,
+        log_by: LogKey | None = None,
     ) -> None:
         self.client = client
         self.api_version, self.kind, self.label_selector = api_version, kind, label_selector
@@ -64,6 +105,10 @@ class Informer:
         self.version = 0  # bumped on every change, so callers can skip work when idle
         self.events = 0  # watch events received
         self.changes = 0  # of those, events that changed a projection
+        self._log_by = log_by
+        self._log: list[tuple[int, str]] = []
+        self._log_source = object()
+        self._log_floor = 0
 
     def start(self) -> Informer:
         if self._thread is None:
@@ -87,10 +132,36 @@ class Informer:
         with self._lock:
             return list(self._items.values())
 
+    def by_name(self) -> dict[str, Obj]:
+        self.wait_synced()
+        with self._lock:
+            return dict(self._items)
+
     def get(self, name: str) -> Obj | None:
         self.wait_synced()
         with self._lock:
             return self._items.get(name)
+
+    def change_log(self) -> ChangeLog:
+        """The change log as it stands (take it before reading the items: a change racing
+        the read then shows in the next view too)."""
+        with self._lock:
+            log = self._log
+            return ChangeLog(self._log_source, self.version, log, len(log), self._log_floor)
+
+    def _logged(self, old: Obj | None, new: Obj | None) -> None:
+        """Log one change at the current version (lock held)."""
+        keys = {self._key(o) for o in (old, new) if o is not None}
+        for key in sorted(k for k in keys if k is not None):
+            self._log.append((self.version, key))
+        if len(self._log) > LOG_MAX:
+            kept = self._log[len(self._log) // 2 :]
+            self._log, self._log_floor = kept, kept[0][0] - 1
+
+    def _key(self, obj: Obj) -> str | None:
+        if self._log_by is not None:
+            return self._log_by(obj)
+        return str(obj["metadata"]["name"])
 
     def _list(self) -> str:
         items: dict[str, Obj] = {}
@@ -114,6 +185,8 @@ class Informer:
         with self._lock:
             self._items = items
             self.version += 1
+            # Everything may have changed: readers of the old log are told "unknown".
+            self._log, self._log_source, self._log_floor = [], object(), self.version
         self._synced.set()
         return str(page["metadata"]["resourceVersion"])
 
@@ -163,6 +236,7 @@ class Informer:
                 self._items[name] = new
             self.version += 1
             self.changes += 1
+            self._logged(old, new)
         return new_rv
 
 

@@ -20,7 +20,8 @@ from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget, 
 from gitops_gpu.observe import Observer
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import OperandContext, PassSnapshot, Reader, Snapshot
-from gitops_gpu.sync import diff, engine, operands, slim
+from gitops_gpu.sync import diff, engine, live, operands, slim
+from gitops_gpu.sync.live import ChangeLog, Informer
 
 Obj = dict[str, Any]
 OLD, NEW = "a" * 40, "b" * 40
@@ -347,6 +348,12 @@ class _Informer:
     def items(self) -> list[Obj]:
         return list(self._items)
 
+    def by_name(self) -> dict[str, Obj]:
+        return {o["metadata"]["name"]: o for o in self._items}
+
+    def change_log(self) -> ChangeLog:
+        return ChangeLog(self, self.version, [], 0, self.version)
+
 
 class _PlanningEngine:
     def __init__(self) -> None:
@@ -506,3 +513,129 @@ def test_a_new_node_is_judged_again_when_its_nfd_grace_ends(monkeypatch: Any) ->
     assert len(walked) == 1
     assert obs.judge(_at(snap, 11), NEWEST)[1]["train"].health is Health.DEGRADED
     assert len(walked) == 2
+
+
+# --- judging only what changed: the informers' change logs ------------------------------------
+
+
+def _informer(kind: str = "Node", **kw: Any) -> Informer:
+    """A real Informer fed by hand (its watch thread is not started)."""
+    inf = Informer(cast(Any, None), "v1", kind, **kw)
+    inf._synced.set()
+    return inf
+
+
+def _event(inf: Informer, obj: Obj, kind: str = "MODIFIED") -> None:
+    inf._apply_event({"type": kind, "object": obj}, "1")
+
+
+def _obj(name: str, rv: str, **labels: str) -> Obj:
+    return {"metadata": {"name": name, "resourceVersion": rv, "labels": labels}}
+
+
+def test_change_log_names_what_changed_since_an_earlier_view(monkeypatch: Any) -> None:
+    inf = _informer()
+    _event(inf, _obj("a", "1"), "ADDED")
+    first = inf.change_log()
+    _event(inf, _obj("b", "2"), "ADDED")
+    _event(inf, _obj("a", "3", x="1"))
+    _event(inf, _obj("a", "4", x="1"))  # a heartbeat: same facts, not a change
+    now = inf.change_log()
+    assert now.since(first) == {"a", "b"}
+    assert now.since(now) == frozenset()
+    assert first.since(first) == frozenset()  # a view never grows
+    assert now.since(None) is None
+    assert now.since(_informer().change_log()) is None  # another informer's log
+    _event(inf, _obj("b", "5"), "DELETED")
+    assert inf.change_log().since(now) == {"b"}
+    # Trimmed past an old view: that view is told "unknown"; a recent one is not.
+    monkeypatch.setattr("gitops_gpu.sync.live.LOG_MAX", 4)
+    for i in range(6):
+        _event(inf, _obj("c", str(10 + i), n=str(i)))
+    recent = inf.change_log()
+    _event(inf, _obj("d", "20"), "ADDED")
+    assert inf.change_log().since(first) is None
+    assert inf.change_log().since(recent) == {"d"}
+    assert len(inf.change_log().entries) <= 4
+
+
+def test_pod_changes_are_logged_by_the_nodes_they_left_and_joined() -> None:
+    pods = _informer("Pod", log_by=live.pod_node)
+    before = pods.change_log()
+    pod = {"metadata": {"name": "p", "resourceVersion": "1"}, "spec": {"nodeName": "gpu-1"}}
+    _event(pods, pod, "ADDED")
+    mid = pods.change_log()
+    moved = {**pod, "metadata": {"name": "p", "resourceVersion": "2"}, "spec": {"nodeName": "x"}}
+    _event(pods, moved)
+    assert mid.since(before) == {"gpu-1"}
+    assert pods.change_log().since(mid) == {"gpu-1", "x"}
+
+
+class _Logged:
+    """Nodes, reports and pods informers (real, fed by hand) and a pass's snapshot of them."""
+
+    def __init__(self, names_: Sequence[str]) -> None:
+        self.nodes, self.reports = _informer(), _informer("NodeGPUReport")
+        self.pods = _informer("Pod", log_by=live.pod_node)
+        for i, name in enumerate(names_):
+            _event(self.nodes, node(healthy(name), rv=str(i)), "ADDED")
+            _event(self.reports, _beat(name, age=30, rv=str(i)), "ADDED")
+
+    def snap(self, seconds: float = 0, *, with_driver: bool = True) -> PassSnapshot:
+        logs = (self.nodes.change_log(), self.reports.change_log(), self.pods.change_log())
+        nodes = self.nodes.items()
+        informers = Snapshot(
+            nodes,
+            self.nodes.version,
+            self.reports.by_name(),
+            {},
+            NOW + timedelta(seconds=seconds),
+            logs,
+        )
+        return PassSnapshot(
+            informers,
+            {"train": driver("train", NEW)} if with_driver else {},
+            {NEW: NEWEST},
+            {"train": nodes},
+            {("train", NEW): pool_plan("train", len(nodes))},
+        )
+
+
+def test_an_idle_pass_looks_at_no_node_and_a_change_at_that_node_only(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    fleet_ = _Logged(["gpu-1", "gpu-2", "gpu-3"])
+    obs = Observer()
+    first = obs.judge(fleet_.snap(), NEWEST)
+    assert sorted(walked) == ["gpu-1", "gpu-2", "gpu-3"]
+    assert first[1]["train"].health is Health.HEALTHY
+    looked: list[str] = []
+    real_node = obs._node
+    monkeypatch.setattr(
+        obs,
+        "_node",
+        lambda c, p, t, n, s: looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s),
+    )
+    assert obs.judge(fleet_.snap(5), NEWEST) == first  # idle: the pool's health as it was
+    assert looked == []
+    _event(fleet_.reports, _beat("gpu-2", xid_events=[(0, 79)], rv="9"))
+    degraded = obs.judge(fleet_.snap(10), NEWEST)[1]["train"]
+    assert degraded.health is Health.DEGRADED and degraded.count(Health.DEGRADED) == 1
+    assert walked[3:] == ["gpu-2"]  # only the node that changed walked its ladder again
+    # A heartbeat (only observedAt moved) looks at that node, and walks nothing.
+    _event(fleet_.reports, _beat("gpu-1", rv="10"))
+    assert obs.judge(fleet_.snap(15), NEWEST)[1]["train"].health is Health.DEGRADED
+    assert len(walked) == 4
+    # Time alone: the reports not heartbeated go stale (observed 30 s before NOW, 300 s limit).
+    assert obs.judge(fleet_.snap(280), NEWEST)[1]["train"].health is Health.UNKNOWN
+
+
+def test_a_pool_left_out_of_a_pass_is_judged_afresh_when_it_returns() -> None:
+    fleet_ = _Logged(["gpu-1", "gpu-2"])
+    obs = Observer()
+    assert obs.judge(fleet_.snap(), NEWEST)[1]["train"].health is Health.HEALTHY
+    gone = obs.judge(fleet_.snap(5, with_driver=False), NEWEST)  # no objects: not judged
+    assert "train" not in gone[1]
+    _event(fleet_.nodes, node(edit(healthy("gpu-2"), ready="Unknown"), rv="7"))
+    obs.judge(fleet_.snap(6, with_driver=False), NEWEST)  # the change falls in a skipped pass
+    back = obs.judge(fleet_.snap(10), NEWEST)[1]["train"]
+    assert back.health is Health.DEGRADED, back.reason
