@@ -11,7 +11,10 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -346,9 +349,10 @@ class Client:
         label_selector: str = "",
         namespace: str | None = None,
         decode: Callable[[bytes], Any] | None = None,
+        coalesce: float = 0.0,
     ) -> Iterator[Obj]:
         """Yield watch events ({type, object}) until the server closes the stream.
-        ``decode``: each event line's parser (default json.loads)."""
+        ``decode``: each event line's parser (default json.loads); ``coalesce``: see _body."""
         parse = decode or json.loads
         path = resource(api_version, kind).path(None, namespace)
         query = {
@@ -369,9 +373,9 @@ class Client:
         raw = resp.response
         try:
             buf = b""
-            for chunk in raw.stream(65536):
-                # One split per chunk (not one per line, which copied the rest every time).
-                *lines, buf = (buf + chunk).split(b"\n")
+            for data in _body(raw, coalesce):
+                # One split per read (not one per line, which copied the rest every time).
+                *lines, buf = (buf + data).split(b"\n")
                 for line in lines:
                     if line.strip():
                         yield parse(line)
@@ -382,6 +386,53 @@ class Client:
             ) from exc
         finally:
             raw.release_conn()
+
+
+def _body(raw: Any, coalesce: float) -> Iterator[bytes]:
+    """A watch response's body in the pieces it arrives in. A chunked HTTP/1.1 body (every
+    watch) is de-chunked here, from the connection's buffered reader, as many events per
+    read as have arrived: urllib3 reads one chunk at a time through several layers of Python,
+    which profiled at ~300 us of CPU per event. ``coalesce``: seconds to let events gather
+    after each read (fewer wake-ups for a busy stream; each event is that much later)."""
+    fp: Any = getattr(getattr(raw, "_fp", None), "fp", None)
+    if not getattr(raw, "chunked", False) or not hasattr(fp, "read1"):
+        yield from raw.stream(65536)
+        return
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    buf = b""
+    while True:
+        data = fp.read1(65536)
+        while data and _readable(sock):  # what else has arrived, without waiting for more
+            buf += data
+            data = fp.read1(65536)
+        if not data:
+            raise urllib3.exceptions.ProtocolError("connection closed mid-stream")
+        buf += data
+        out: list[bytes] = []
+        while (eol := buf.find(b"\r\n")) >= 0:
+            size = int(buf[:eol].split(b";", 1)[0], 16)
+            end = eol + 2 + size
+            if size == 0:  # the last chunk: the server ended the watch
+                if out:
+                    yield b"".join(out)
+                return
+            if len(buf) < end + 2:
+                break
+            out.append(buf[eol + 2 : end])
+            buf = buf[end + 2 :]
+        if out:
+            yield b"".join(out)
+            if coalesce > 0:
+                time.sleep(coalesce)
+
+
+def _readable(sock: Any) -> bool:
+    """Bytes are waiting: decrypted in the TLS layer, or on the socket."""
+    if sock is None:
+        return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 def _translate(

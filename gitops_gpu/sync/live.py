@@ -31,6 +31,10 @@ LIST_PAGE = 500  # objects per LIST page: bounds the parse's peak memory at star
 # behind than what is left is told "unknown" (and redoes everything).
 LOG_MAX = 16384
 LogKey = Callable[[Obj], str | None]
+# Seconds a watch lets events gather between reads: at 5,000 nodes the reports' heartbeats
+# arrive ~40 a second, and waking for each one cost more than handling it. A pass (every few
+# seconds) sees an event at most this much later.
+WATCH_COALESCE = 0.2
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -90,8 +94,10 @@ class Informer:
         namespace: str | None = None,
         watch_timeout: int = 300,
         log_by: LogKey | None = None,
+        coalesce: float = WATCH_COALESCE,
     ) -> None:
         self.client = client
+        self.coalesce = coalesce
         self.api_version, self.kind, self.label_selector = api_version, kind, label_selector
         self.namespace = namespace
         self.watch_timeout = watch_timeout
@@ -101,6 +107,7 @@ class Informer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._project = slim.for_kind(kind)
+        self._heartbeat = slim.HEARTBEATS.get(kind)
         self.lists = 0
         self.version = 0  # bumped on every change, so callers can skip work when idle
         self.events = 0  # watch events received
@@ -204,6 +211,7 @@ class Informer:
                     label_selector=self.label_selector,
                     namespace=self.namespace,
                     decode=slim.event_decoder(self.kind),
+                    coalesce=self.coalesce,
                 ):
                     if self._stop.is_set():
                         return
@@ -212,6 +220,14 @@ class Informer:
                 log.warning("%s watch failed, re-listing: %s", self.kind, exc)
                 rv = ""
                 time.sleep(1)
+
+    def _projected(self, name: str, obj: Obj) -> Obj:
+        old = self._items.get(name) if self._heartbeat is not None else None
+        if old is not None and self._heartbeat is not None:
+            beat = self._heartbeat(old, obj)
+            if beat is not None:
+                return beat
+        return self._project(obj)
 
     def _apply_event(self, event: Obj, rv: str) -> str:
         kind = event.get("type")
@@ -224,7 +240,7 @@ class Informer:
             return new_rv
         name = obj["metadata"]["name"]
         self.events += 1
-        new = None if kind == "DELETED" else self._project(obj)
+        new = None if kind == "DELETED" else self._projected(name, obj)
         with self._lock:
             old = self._items.get(name)
             if new is None:

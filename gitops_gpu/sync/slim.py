@@ -142,6 +142,20 @@ def report(obj: Obj) -> Obj:
     }
 
 
+def report_heartbeat(old: Obj, obj: Obj) -> Obj | None:
+    """``old`` (a report's projection) moved to ``obj``'s resourceVersion and observedAt, when
+    those are all that changed (the agent's heartbeat, most report events); else None. Cheaper
+    than projecting: the statuses compare in C, and only the metadata is projected."""
+    status, was = obj.get("status") or {}, old.get("status") or {}
+    observed = status.get("observedAt")
+    if {**status, "observedAt": observed} != {**was, "observedAt": observed}:
+        return None
+    meta = _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES)
+    if {**meta, "resourceVersion": None} != {**old["metadata"], "resourceVersion": None}:
+        return None
+    return {"metadata": meta, "status": {**was, "observedAt": observed}}
+
+
 def _gpu(gpu: Mapping[str, Any]) -> Obj:
     out: Obj = {k: _i(gpu[k]) for k in _GPU_KEYS if k in gpu}
     for key in ("migMode", "pageRetirement"):
@@ -180,6 +194,11 @@ PROJECTIONS: Mapping[str, Projection] = {
 
 def for_kind(kind: str) -> Projection:
     return PROJECTIONS.get(kind, trimmed)
+
+
+# kind -> (old projection, decoded event object) -> the new projection when only what a
+# heartbeat moves has changed, else None (project it).
+HEARTBEATS: Mapping[str, Callable[[Obj, Obj], Obj | None]] = {"NodeGPUReport": report_heartbeat}
 
 
 # --- typed decoding: only the fields the projections read ---------------------------------
@@ -258,13 +277,17 @@ class _Pod(TypedDict, total=False):
     status: _PodStatus
 
 
+class _Ecc(TypedDict, total=False):
+    volatile: int
+
+
 class _Gpu(TypedDict, total=False):
     index: int
     uuid: str
     state: str
     error: str
     migMode: dict[str, Any]
-    eccUncorrected: dict[str, Any]
+    eccUncorrected: _Ecc  # as the projection keeps it: a heartbeat compares equal
     pageRetirement: dict[str, Any]
 
 

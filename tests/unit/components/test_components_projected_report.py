@@ -74,3 +74,35 @@ def test_typed_decode_of_reports_projects_like_json() -> None:
     assert listed is not None
     page = listed(json.dumps({"metadata": {"resourceVersion": "9"}, "items": [whole]}).encode())
     assert slim.report(page["items"][0]) == slim.report(copy.deepcopy(whole))
+
+
+def _event_object(report: dict[str, Any]) -> dict[str, Any]:
+    decode = slim.event_decoder("NodeGPUReport")
+    assert decode is not None
+    obj: dict[str, Any] = decode(json.dumps({"type": "MODIFIED", "object": report}).encode())[
+        "object"
+    ]
+    return obj
+
+
+@pytest.mark.parametrize("snapshot", fake_nvml.snapshot_names())
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_heartbeat_moves_the_projection_exactly_as_projecting_it(
+    snapshot: str, fault: str
+) -> None:
+    """The informer's shortcut for report heartbeats (only observedAt and resourceVersion
+    moved) gives what projecting the event would; any other change is not a heartbeat."""
+    before = _report("gpu-1", snapshot, FAULTS[fault])
+    old = slim.report(copy.deepcopy(before))
+    beat = copy.deepcopy(before)
+    beat["metadata"]["resourceVersion"] = "8"
+    beat["status"]["observedAt"] = "2026-11-29T12:05:00Z"
+    moved = slim.report_heartbeat(old, _event_object(beat))
+    assert moved is not None
+    assert moved == slim.report(copy.deepcopy(beat))
+    changed = copy.deepcopy(beat)
+    changed["status"]["driverVersion"] = "999.1.1"
+    assert slim.report_heartbeat(old, _event_object(changed)) is None
+    labelled = copy.deepcopy(beat)
+    labelled["metadata"]["labels"] = {"x": "y"}
+    assert slim.report_heartbeat(old, _event_object(labelled)) is None
