@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import fluxpeer
 import outside
 from fleetbench import Bench, bench_env, git, write_fleet
-from githttp import GitHTTP
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import GitopsGpuError
@@ -44,6 +43,7 @@ from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev.testbed import controlplane, flux_build
+from gitops_gpu_dev.testbed.githttp import GitHTTP
 from gitops_gpu_dev.testbed.operator import NAMESPACE as OPERATOR_NAMESPACE
 
 # The real GPU Operator is the default; above this many nodes the simulator plays it. Measured

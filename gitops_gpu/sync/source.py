@@ -1,7 +1,7 @@
 """Git source for the fleet repo: cheap change detection, a local cache, isolated checkouts.
 
-- `poll()` runs `git ls-remote` of the tracked branch first and fetches only when the remote
-  head moved, so an idle poll costs one round trip.
+- `poll()` reads the remote's refs first (in-process over smart HTTP, see refs.py; else `git
+  ls-remote`) and fetches only when the remote head moved: an idle poll is one round trip.
 - Each commit is checked out into its own directory by `git archive` of the commit's tree,
   so a half-fetched or rewritten branch can never yield a mixed tree.
 - A force-push (the old head is no longer an ancestor of the new one) is reported.
@@ -28,6 +28,7 @@ import git
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet import export
+from gitops_gpu.sync import refs
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "GITOPS_GPU_GIT_TOKEN"
@@ -127,6 +128,7 @@ class GitSource:
         # The mirror is ours alone and changes only in fetch(): an idle poll runs no local git.
         self._head: str | None = None
         self._history: tuple[str | None, int, list[BranchCommit]] | None = None
+        self._http_refs: bool | None = None  # refs read in-process (refs.py); None: not decided
 
     # -- mirror ---------------------------------------------------------------------------------
     @property
@@ -164,8 +166,14 @@ class GitSource:
         which also updates ``remote_refs``."""
         self.ls_remote_calls += 1
         self.remote_refs = None
-        patterns = [f"refs/heads/{self.branch}", *(["refs/tags/*"] if self.tags else [])]
-        out = self._git("ls-remote", self.url, *patterns, *self.watched)
+        patterns = [
+            f"refs/heads/{self.branch}",
+            *(["refs/tags/*"] if self.tags else []),
+            *self.watched,
+        ]
+        out = self._advertised(patterns)
+        if out is None:
+            out = self._git("ls-remote", self.url, *patterns)
         head, tags = None, []
         refs = dict.fromkeys(self.watched, "")
         for line in out.splitlines():
@@ -183,6 +191,29 @@ class GitSource:
                 fix="create the branch or pass the right --branch",
             )
         return head, "\n".join(sorted(tags))
+
+    def _advertised(self, patterns: list[str]) -> str | None:
+        """What `git ls-remote URL <patterns>` prints, read in-process where that is the same
+        thing (refs.usable); None: run git. A server that does not answer as a smart-HTTP
+        remote is left to git from then on; a network error to git this once (its error)."""
+        if self._http_refs is None:
+            config = self.repo.git.execute(["git", "config", "--list"])
+            self._http_refs = refs.usable(self.url, str(config).splitlines())
+        if not self._http_refs:
+            return None
+        headers = {}
+        extra = self._env.get("GIT_CONFIG_VALUE_0", "")  # our token, as credentials_env sets it
+        if extra.startswith("Authorization:"):
+            headers["Authorization"] = extra.partition(":")[2].strip()
+        try:
+            advertised = refs.advertised(self.url, headers)
+        except refs.RefsError as exc:
+            log.info("reading %s's refs with git from now on: %s", _redact(self.url, None), exc)
+            self._http_refs = False
+            return None
+        except OSError:
+            return None
+        return "\n".join(f"{sha}\t{ref}" for sha, ref in refs.matching(advertised, patterns))
 
     def local_head(self) -> str | None:
         if self._head is None:

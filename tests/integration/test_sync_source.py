@@ -4,6 +4,7 @@ force-push detection, an unreachable remote."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.sync.source import GitSource
+from gitops_gpu_dev.testbed.githttp import GitHTTP
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -193,3 +195,96 @@ def test_an_idle_poll_runs_only_ls_remote_and_reports_watched_refs(
     assert src.remote_refs == {"refs/notes/x": git(bare, "rev-parse", "refs/notes/x")}
     assert [c.subject for c in src.commits()] == ["two", "one"]
     assert src.local_head() == git(bare, "rev-parse", "main")
+
+
+# --- refs read in-process over smart HTTP (sync/refs.py) ----------------------------------------
+
+
+@pytest.fixture
+def served(remote: tuple[Path, Path]) -> Iterator[tuple[GitHTTP, str]]:
+    """The remote behind `git http-backend` on 127.0.0.1."""
+    bare, _work = remote
+    server = GitHTTP(bare.parent)
+    try:
+        yield server, server.url(bare.name)
+    finally:
+        server.stop()
+
+
+def _counting_git(src: GitSource, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    ran: list[str] = []
+    real = type(src.repo.git).execute  # Git has __slots__: patch the class
+
+    def counting(self: Any, command: list[str], *a: Any, **kw: Any) -> Any:
+        ran.append(command[1])
+        return real(self, command, *a, **kw)
+
+    monkeypatch.setattr(type(src.repo.git), "execute", counting)
+    return ran
+
+
+def test_an_idle_poll_over_smart_http_runs_no_git(
+    remote: tuple[Path, Path],
+    served: tuple[GitHTTP, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bare, work = remote
+    server, url = served
+    src = GitSource(url, tmp_path / "cache")
+    src.watched = ("refs/notes/x",)
+    assert src.poll().changed
+    assert [c.subject for c in src.commits()] == ["one"]  # the mirror's head, cached
+    ran = _counting_git(src, monkeypatch)
+    polls = server.polls["git"]
+    idle = src.poll()
+    assert not idle.changed and idle.head == git(bare, "rev-parse", "main")
+    assert ran == [] and server.polls["git"] == polls + 1  # one GET, no process
+    git(work, "notes", "--ref", "x", "add", "-m", "n", "HEAD")
+    git(work, "push", "-q", "origin", "refs/notes/x")
+    (work / "a.yaml").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "origin", "main")
+    moved = src.poll()
+    assert moved.changed and ran == ["fetch", "merge-base"]  # the move, and force-push check
+    assert src.remote_refs == {"refs/notes/x": git(bare, "rev-parse", "refs/notes/x")}
+    assert [c.subject for c in src.commits()] == ["two", "one"]
+
+
+def test_in_process_refs_print_what_git_ls_remote_prints(
+    remote: tuple[Path, Path], served: tuple[GitHTTP, str], tmp_path: Path
+) -> None:
+    _bare, work = remote
+    _server, url = served
+    git(work, "tag", "-a", "v1", "-m", "v1")  # annotated: advertised peeled too
+    git(work, "tag", "light")
+    git(work, "checkout", "-q", "-b", "other")
+    git(work, "push", "-q", "origin", "--tags", "other")
+    src = GitSource(url, tmp_path / "cache", tags=True)
+    patterns = ["refs/heads/main", "refs/tags/*", "refs/notes/none", "other"]
+    ours = src._advertised(patterns)
+    assert ours is not None
+    theirs = git(tmp_path, "ls-remote", url, *patterns)
+    assert ours == theirs
+    assert "refs/tags/v1^{}" in ours and "refs/heads/other" in ours
+
+
+def test_git_decides_where_a_plain_get_would_differ(
+    remote: tuple[Path, Path],
+    served: tuple[GitHTTP, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bare, _work = remote
+    _server, url = served
+    # A url rewrite in git's config: only git knows where the request really goes.
+    src = GitSource(url, tmp_path / "rewritten")
+    src.repo.git.execute(["git", "config", f"url.{url}.insteadOf", url])
+    ran = _counting_git(src, monkeypatch)
+    assert src.poll().head == git(bare, "rev-parse", "main")
+    assert "ls-remote" in ran
+    # Not a smart-HTTP remote at all: left to git from then on, whose error names it.
+    plain = GitSource(url.rsplit("/", 1)[0] + "/missing.git", tmp_path / "missing")
+    with pytest.raises(SourceError, match="ls-remote"):
+        plain.poll()
+    assert plain._http_refs is False
