@@ -125,6 +125,7 @@ class Controller:
         self.engine = engine.Engine(client, LiveReader(client, self.nodes))
         self.reader = Reader(self.nodes, self.reports, self.pods)
         self.observer = Observer()
+        self._metered: dict[str, PoolHealth] = {}  # the pool health the gauges show
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
         self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
@@ -318,8 +319,11 @@ class Controller:
 
     def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
         for pool, ph in health.items():
+            if self._metered.get(pool) is ph:
+                continue  # the observer kept the pool's health: the gauges already say it
             for h in Health:
                 self.metrics.pool_nodes.labels(pool, str(h)).set(ph.count(h))
+        self._metered = dict(health)
 
     # -- the loop -------------------------------------------------------------------------------
     def run(
