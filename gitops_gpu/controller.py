@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitops_gpu import events, kube, names
+from gitops_gpu import events, heap, kube, names
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError, SourceError
@@ -351,6 +351,7 @@ class Controller:
                 on_pass(report)
             if stop.is_set():
                 break
+            heap.trim()  # what the pass freed goes back to the OS (once a minute at most)
             # A pass that applied something looks again soon: the pools' new state (and the
             # stage's first status) should not wait a whole poll interval.
             pause = min(self.cfg.interval, FOLLOW_UP_SECONDS) if report.applied else None

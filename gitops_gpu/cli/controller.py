@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import logging
 import signal
 import threading
 from pathlib import Path
 from types import FrameType
 
-from gitops_gpu import kube
+from gitops_gpu import heap, kube
 from gitops_gpu.cli import limits_args, options, verify_args
 from gitops_gpu.controller import Controller
 from gitops_gpu.errors import GitopsGpuError
@@ -97,23 +95,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_run)
 
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter number
-
-
-def _few_malloc_arenas(arenas: int = 2) -> None:
-    """Cap glibc's malloc arenas before the informer threads start. By default each thread
-    that allocates may get its own 64 MiB arena (up to 8 per core), and the watch threads'
-    short-lived event objects leave each one partly resident: RSS grows with the thread
-    count, not with what is kept. Elsewhere than glibc this does nothing."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):
-        pass
-
-
 def _run(args: argparse.Namespace) -> int:
-    _few_malloc_arenas()
+    heap.few_arenas()
     verifier = verify_args.verifier(args)  # a bad KEYS stops the start here, loudly
     limits_args.apply(args)
     if not args.retry_period < args.renew_deadline < args.lease_duration:
