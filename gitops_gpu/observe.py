@@ -6,7 +6,7 @@ idle pass LISTs nothing but drivers, and the engine's dry runs), with no client 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,11 +43,13 @@ def _rv(obj: Obj | None) -> str | None:
 
 @dataclass(frozen=True)
 class _PoolMemo:
-    """A pool's last health: reused while no member changed and no verdict expired."""
+    """A pool's last judgement: reused while its members and commit are the same and no
+    verdict expired; a member that changed is judged again, the others are kept."""
 
     commit: str
     members: Sequence[Obj]  # the member list judged
     names: frozenset[str]
+    verdicts: Mapping[str, _Verdict]  # by node name
     valid_until: datetime  # the earliest member verdict's
     health: PoolHealth
 
@@ -77,26 +79,37 @@ class Observer:
         """The pool's health; ``changed``: the nodes that changed since the last judge (None:
         unknown, every member is looked at)."""
         memo = self._pools.get(pool)
+        target = compiled.pool(pool)
         if (
             changed is not None
             and memo is not None
             and memo.commit == compiled.commit
             and snap.now < memo.valid_until
             and (memo.members is members or memo.names == _names(members))
-            and memo.names.isdisjoint(changed)
         ):
-            self._pools[pool] = replace(memo, members=members)
-            return memo.health
-        target = compiled.pool(pool)
-        verdicts: list[NodeHealth] = []
-        until: datetime | None = None
-        for node in members:
-            verdict = self._node(compiled.commit, pool, target, node, snap)
-            verdicts.append(verdict.health)
-            until = verdict.valid_until if until is None else min(until, verdict.valid_until)
-        health = aggregate(pool, verdicts)
-        if until is not None:
-            self._pools[pool] = _PoolMemo(compiled.commit, members, _names(members), until, health)
+            touched = memo.names & changed
+            if not touched:
+                self._pools[pool] = replace(memo, members=members)
+                return memo.health
+            verdicts = dict(memo.verdicts)
+            for node in members:
+                name = node["metadata"]["name"]
+                if name in touched:
+                    verdicts[name] = self._node(compiled.commit, pool, target, node, snap)
+            # A heartbeat keeps a node's health object: then the pool's is kept too.
+            same = all(verdicts[n].health is memo.verdicts[n].health for n in touched)
+            health = memo.health if same else aggregate(pool, [v.health for v in verdicts.values()])
+        else:
+            verdicts = {
+                node["metadata"]["name"]: self._node(compiled.commit, pool, target, node, snap)
+                for node in members
+            }
+            health = aggregate(pool, [v.health for v in verdicts.values()])
+        if verdicts:
+            until = min(v.valid_until for v in verdicts.values())
+            self._pools[pool] = _PoolMemo(
+                compiled.commit, members, frozenset(verdicts), verdicts, until, health
+            )
         return health
 
     def _node(

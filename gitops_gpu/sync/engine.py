@@ -118,16 +118,18 @@ def _digest(manifest: Obj) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
-def live_key(live: Obj) -> str:
+def live_key(live: Obj) -> tuple[object, ...]:
     """What a server-side diff of ``live`` depends on: its spec (``generation``, which status
     writes do not bump: the operator writes NVIDIADriver and ClusterPolicy status often) and
     its labels and annotations (which do not bump it either)."""
     meta = live["metadata"]
     generation = meta.get("generation")
     if generation is None:  # a kind without generation: any write may be a change
-        return f"rv:{meta.get('resourceVersion', '')}"
-    labels = json.dumps([meta.get("labels"), meta.get("annotations")], sort_keys=True)
-    return f"{meta.get('uid')}/{generation}/{labels}"
+        return ("rv", meta.get("resourceVersion", ""))
+    # Sorted items, not JSON: this runs for every pool on every pass.
+    labels = tuple(sorted((meta.get("labels") or {}).items()))
+    annotations = tuple(sorted((meta.get("annotations") or {}).items()))
+    return (meta.get("uid"), generation, labels, annotations)
 
 
 class Engine:
@@ -141,7 +143,7 @@ class Engine:
         self.reader = reader or LiveReader(client)
         self.field_manager = field_manager
         # (kind, name) -> (live_key, manifest digest): known to be in sync.
-        self._in_sync: dict[tuple[str, str], tuple[str, str]] = {}
+        self._in_sync: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
         self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
 
     # -- plan -----------------------------------------------------------------------------------

@@ -621,10 +621,12 @@ def test_an_idle_pass_looks_at_no_node_and_a_change_at_that_node_only(monkeypatc
     degraded = obs.judge(fleet_.snap(10), NEWEST)[1]["train"]
     assert degraded.health is Health.DEGRADED and degraded.count(Health.DEGRADED) == 1
     assert walked[3:] == ["gpu-2"]  # only the node that changed walked its ladder again
-    # A heartbeat (only observedAt moved) looks at that node, and walks nothing.
+    assert looked == ["gpu-2"]  # and only it was looked at
+    # A heartbeat (only observedAt moved) looks at that node, walks nothing, and the pool
+    # keeps its very health (the gauges are not even set again).
     _event(fleet_.reports, _beat("gpu-1", rv="10"))
-    assert obs.judge(fleet_.snap(15), NEWEST)[1]["train"].health is Health.DEGRADED
-    assert len(walked) == 4
+    assert obs.judge(fleet_.snap(15), NEWEST)[1]["train"] is degraded
+    assert len(walked) == 4 and looked == ["gpu-2", "gpu-1"]
     # Time alone: the reports not heartbeated go stale (observed 30 s before NOW, 300 s limit).
     assert obs.judge(fleet_.snap(280), NEWEST)[1]["train"].health is Health.UNKNOWN
 
