@@ -43,7 +43,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.snapshot import PassSnapshot, Reader
 from gitops_gpu.sync import engine
-from gitops_gpu.sync.live import Informer, LiveReader, pod_node
+from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
@@ -122,7 +122,13 @@ class Controller:
         self.reports = Informer(client, *names.NODE_GPU_REPORT_API)
         self.pods = Informer(client, "v1", "Pod", namespace=cfg.operator_namespace, log_by=pod_node)
         self.operands = OperandRoller(client, cfg.operator_namespace, self.nodes, self.pods)
-        self.engine = engine.Engine(client, LiveReader(client, self.nodes))
+        # Managed NVIDIADrivers: watched only to know when to LIST them again (sync/live.py).
+        # No coalescing: the pass after our own apply must see it.
+        self.drivers = Informer(
+            client, *names.NVIDIA_DRIVER_API, label_selector=MANAGED_SELECTOR, coalesce=0.0
+        )
+        watches = {names.NVIDIA_DRIVER_API: self.drivers}
+        self.engine = engine.Engine(client, LiveReader(client, self.nodes, watches))
         self.reader = Reader(self.nodes, self.reports, self.pods)
         self.observer = Observer()
         self._metered: dict[str, PoolHealth] = {}  # the pool health the gauges show
@@ -154,14 +160,17 @@ class Controller:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start_informers(self) -> None:
-        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
+        for inf in self._informers():
             inf.start()
-        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
+        for inf in self._informers():
             inf.wait_synced()
 
     def stop_informers(self) -> None:
-        for inf in (self.nodes, self.reports, self.pods, *self.operands.informers):
+        for inf in self._informers():
             inf.stop()
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.reports, self.pods, self.drivers, *self.operands.informers)
 
     def check_cluster(self) -> None:
         """At start: refuse a --cluster the fleet does not list (or a multi-cluster fleet without

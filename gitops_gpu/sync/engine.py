@@ -261,6 +261,7 @@ class Engine:
         for obj in plan.objects:
             if not (obj.drifted or (stamp_commit and obj.stale_commit)):
                 continue
+            self.reader.wrote()
             if obj.action is diff.Action.PRUNED:
                 api = DRV_API if obj.kind == DRV_KIND else CP_API
                 self.client.delete(api, obj.kind, obj.name)
