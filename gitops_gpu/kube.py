@@ -385,6 +385,10 @@ class Client:
                 f"WATCH {path}: stream ended: {exc}", fix="retried automatically"
             ) from exc
         finally:
+            # Never back to the pool: a stream ended early (stop, error) is still live, and one
+            # read by _body left http.client's response unfinished; either would garble the
+            # next request on it. A watch's TLS handshake every few minutes costs nothing.
+            raw.close()
             raw.release_conn()
 
 

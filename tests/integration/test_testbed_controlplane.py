@@ -108,6 +108,27 @@ def test_a_coalescing_watch_delivers_a_burst_whole_and_in_order_and_ends_with_th
     assert time.monotonic() - started < 10  # ended by the server's 3 s timeout
 
 
+def test_a_client_keeps_working_after_watches_end_early_or_by_the_server(
+    testbed: Testbed,
+) -> None:
+    """A watch left mid-stream, and one the server ended, must not hand a garbled connection
+    to the next request on the same client (it hung a LIST before watches closed theirs)."""
+    client = kube.Client.from_kubeconfig(testbed.kubeconfig)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            rv = client.list("v1", "Namespace")["metadata"]["resourceVersion"]
+            events = client.watch("v1", "Namespace", resource_version="0", timeout_seconds=30)
+            next(events)  # a live stream, left after one event
+            events.close()
+            ended = list(client.watch("v1", "Namespace", resource_version=rv, timeout_seconds=1))
+            assert ended == []  # nothing changed; the server ended it after 1 s
+            assert client.list("v1", "Namespace", limit=1)["items"]
+            assert time.monotonic() - started < 10  # a garbled connection waits out a timeout
+    finally:
+        client.close()
+
+
 def test_watch_delivers_label_change(testbed: Testbed) -> None:
     name = f"watch-{uuid.uuid4().hex[:6]}"
     testbed.client.create(nodes.node_manifest(name, {"pool": "w"}, "NVIDIA-B200"))
