@@ -91,6 +91,8 @@ class PoolHealth:
     def first_failure(self) -> str | None:
         """The cause to name for the pool: a degraded node's reason first, a node still
         progressing (or unknown) only when none is degraded."""
+        if self.counts.get(Health.HEALTHY, 0) == len(self.nodes):
+            return None  # read for every pool on every pass: do not walk a healthy pool
         return next((n.reason for n in self.nodes if n.health is Health.DEGRADED), None) or next(
             (n.reason for n in self.nodes if n.health is not Health.HEALTHY), None
         )
