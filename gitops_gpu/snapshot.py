@@ -16,7 +16,7 @@ from typing import Any
 from gitops_gpu import names
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.sync import engine, operands
-from gitops_gpu.sync.live import ChangeLog, Informer, selector_matches
+from gitops_gpu.sync.live import ChangeLog, Informer, pod_node, selector_matches
 
 Obj = dict[str, Any]
 CompiledFor = Callable[[str], CompiledFleet | None]
@@ -127,7 +127,7 @@ class Reader:
         version = self.nodes.version
         pods: dict[str, list[Obj]] = {}
         for pod in self.pods.items():
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = pod_node(pod)
             if node:
                 pods.setdefault(node, []).append(pod)
         return Snapshot(

@@ -227,8 +227,8 @@ class Informer:
                 time.sleep(1)
 
     def _projected(self, name: str, obj: Obj) -> Obj:
-        old = self._items.get(name) if self._heartbeat is not None else None
-        if old is not None and self._heartbeat is not None:
+        old = self._items.get(name)
+        if self._heartbeat is not None and old is not None:
             beat = self._heartbeat(old, obj)
             if beat is not None:
                 return beat
@@ -284,7 +284,6 @@ class LiveReader:
         self.node_cache = node_cache
         self.watches = dict(watches or {})
         self._listed: dict[tuple[str, str], tuple[int, float, dict[str, Obj]]] = {}
-        self.lists = 0  # managed LISTs made
 
     def wrote(self) -> None:
         """We changed managed objects: the next ``managed`` LISTs."""
@@ -308,7 +307,6 @@ class LiveReader:
         items = self.client.list(
             api_version, kind, label_selector=MANAGED_SELECTOR, decode=slim.OBJECT_LIST
         )["items"]
-        self.lists += 1
         objs = {o["metadata"]["name"]: o for o in items}
         if version is not None:
             self._listed[(api_version, kind)] = (version, now, objs)

@@ -73,25 +73,35 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(password) or None
 
 
-def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
-    """Environment for git carrying credentials; returns (env, secret to redact).
+def authorization(url: str) -> tuple[str | None, str | None]:
+    """The HTTP Authorization value for the remote's token, and the token (to redact).
 
-    The token (GITOPS_GPU_GIT_TOKEN, GITOPS_GPU_GIT_TOKEN_FILE, or the password of the URL)
-    travels as an http.extraHeader through GIT_CONFIG_* variables: never on disk, never on a
-    command line."""
-    env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0"}
+    The token is GITOPS_GPU_GIT_TOKEN, GITOPS_GPU_GIT_TOKEN_FILE, or the password of the URL;
+    it is sent as Basic auth, and only to an http(s) remote."""
     _clean, user, url_token = split_userinfo(url)
     token = os.environ.get(TOKEN_ENV) or url_token
     token_file = os.environ.get(TOKEN_FILE_ENV)
     if not token and token_file:
         token = Path(token_file).read_text().strip()
-    if token and url.startswith(("https://", "http://")):
-        basic = base64.b64encode(f"{user or 'x-access-token'}:{token}".encode()).decode()
+    if not token or not url.startswith(("https://", "http://")):
+        return None, token
+    basic = base64.b64encode(f"{user or 'x-access-token'}:{token}".encode()).decode()
+    return f"Basic {basic}", token
+
+
+def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
+    """Environment for git carrying credentials; returns (env, secret to redact).
+
+    The token (see ``authorization``) travels as an http.extraHeader through GIT_CONFIG_*
+    variables: never on disk, never on a command line."""
+    env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0"}
+    header, token = authorization(url)
+    if header is not None:
         env.update(
             {
                 "GIT_CONFIG_COUNT": "1",
                 "GIT_CONFIG_KEY_0": "http.extraHeader",
-                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+                "GIT_CONFIG_VALUE_0": f"Authorization: {header}",
             }
         )
     key = os.environ.get(SSH_KEY_ENV)
@@ -107,6 +117,7 @@ class GitSource:
         self, url: str, cache_dir: Path, branch: str = "main", *, tags: bool = False
     ) -> None:
         self._env, self._secret = credentials_env(str(url))
+        self._authorization = authorization(str(url))[0]  # for refs read in-process
         self.url = split_userinfo(str(url))[0]  # what is stored and shown: no credentials
         self.branch = branch
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
@@ -201,10 +212,7 @@ class GitSource:
             self._http_refs = refs.usable(self.url, str(config).splitlines())
         if not self._http_refs:
             return None
-        headers = {}
-        extra = self._env.get("GIT_CONFIG_VALUE_0", "")  # our token, as credentials_env sets it
-        if extra.startswith("Authorization:"):
-            headers["Authorization"] = extra.partition(":")[2].strip()
+        headers = {"Authorization": self._authorization} if self._authorization else {}
         try:
             advertised = refs.advertised(self.url, headers)
         except refs.RefsError as exc:

@@ -37,6 +37,27 @@ def remote(tmp_path: Path) -> tuple[Path, Path]:
     return bare, work
 
 
+def _counting_git(src: GitSource, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    ran: list[str] = []
+    real = type(src.repo.git).execute  # Git has __slots__: patch the class
+
+    def counting(self: Any, command: list[str], *a: Any, **kw: Any) -> Any:
+        ran.append(command[1])
+        return real(self, command, *a, **kw)
+
+    monkeypatch.setattr(type(src.repo.git), "execute", counting)
+    return ran
+
+
+def _note_and_commit(work: Path) -> None:
+    """Push a git note on refs/notes/x, then a second commit "two" on main."""
+    git(work, "notes", "--ref", "x", "add", "-m", "n", "HEAD")
+    git(work, "push", "-q", "origin", "refs/notes/x")
+    (work / "a.yaml").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "origin", "main")
+
+
 def test_poll_fetches_only_when_head_moves(remote: tuple[Path, Path], tmp_path: Path) -> None:
     bare, work = remote
     src = GitSource(f"file://{bare}", tmp_path / "cache")
@@ -174,23 +195,12 @@ def test_an_idle_poll_runs_only_ls_remote_and_reports_watched_refs(
     src.poll()
     assert src.remote_refs == {"refs/notes/x": ""}  # absent on the remote
     assert [c.subject for c in src.commits()] == ["one"]
-    ran: list[str] = []
-    real = type(src.repo.git).execute  # Git has __slots__: patch the class
-
-    def counting(self: Any, command: list[str], *a: Any, **kw: Any) -> Any:
-        ran.append(command[1])
-        return real(self, command, *a, **kw)
-
-    monkeypatch.setattr(type(src.repo.git), "execute", counting)
+    ran = _counting_git(src, monkeypatch)
     src.poll()
     assert [c.subject for c in src.commits()] == ["one"]
     assert src.local_head() == git(bare, "rev-parse", "main")
     assert ran == ["ls-remote"]  # no rev-parse, no log: the mirror only changes by fetch
-    git(work, "notes", "--ref", "x", "add", "-m", "n", "HEAD")
-    git(work, "push", "-q", "origin", "refs/notes/x")
-    (work / "a.yaml").write_text("two\n")
-    git(work, "commit", "-qam", "two")
-    git(work, "push", "-q", "origin", "main")
+    _note_and_commit(work)
     src.poll()
     assert src.remote_refs == {"refs/notes/x": git(bare, "rev-parse", "refs/notes/x")}
     assert [c.subject for c in src.commits()] == ["two", "one"]
@@ -211,18 +221,6 @@ def served(remote: tuple[Path, Path]) -> Iterator[tuple[GitHTTP, str]]:
         server.stop()
 
 
-def _counting_git(src: GitSource, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    ran: list[str] = []
-    real = type(src.repo.git).execute  # Git has __slots__: patch the class
-
-    def counting(self: Any, command: list[str], *a: Any, **kw: Any) -> Any:
-        ran.append(command[1])
-        return real(self, command, *a, **kw)
-
-    monkeypatch.setattr(type(src.repo.git), "execute", counting)
-    return ran
-
-
 def test_an_idle_poll_over_smart_http_runs_no_git(
     remote: tuple[Path, Path],
     served: tuple[GitHTTP, str],
@@ -240,11 +238,7 @@ def test_an_idle_poll_over_smart_http_runs_no_git(
     idle = src.poll()
     assert not idle.changed and idle.head == git(bare, "rev-parse", "main")
     assert ran == [] and server.polls["git"] == polls + 1  # one GET, no process
-    git(work, "notes", "--ref", "x", "add", "-m", "n", "HEAD")
-    git(work, "push", "-q", "origin", "refs/notes/x")
-    (work / "a.yaml").write_text("two\n")
-    git(work, "commit", "-qam", "two")
-    git(work, "push", "-q", "origin", "main")
+    _note_and_commit(work)
     moved = src.poll()
     assert moved.changed and ran == ["fetch", "merge-base"]  # the move, and force-push check
     assert src.remote_refs == {"refs/notes/x": git(bare, "rev-parse", "refs/notes/x")}
