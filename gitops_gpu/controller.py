@@ -17,30 +17,35 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitops_gpu import events, heap, kube, names
+from gitops_gpu import events, heap, kube, names, sealed
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError, SourceError
 from gitops_gpu.execute import Executor, cluster_error
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
+from gitops_gpu.history_guard import HistoryGuard
 from gitops_gpu.leader import LeaseLock
+from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.rollout import machine, record
+from gitops_gpu.rollout.authentic import Authenticator
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
+from gitops_gpu.rollout.seal import SealKey, TrustedKey
+from gitops_gpu.rollout.span import own_contexts
 from gitops_gpu.rollout.status import (
     PENDING,
     CommitStatus,
     StatusBackend,
-    read_record,
     stage_context,
 )
+from gitops_gpu.sealed import SealedRecord, stage_approvers
 from gitops_gpu.snapshot import PassSnapshot, Reader
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, pod_node
@@ -75,12 +80,20 @@ class Config:
     # --cluster: the one cluster of a multi-cluster fleet this controller manages (its pools,
     # its ClusterPolicy, its part of each stage; rollout/span.py). None: a one-cluster fleet.
     cluster: str | None = None
+    # The record's seal (sealed.py): --record-key, else the Secret in ``namespace``; the
+    # other controllers whose seals count. ``seal_key``/``trusted``: keys already loaded.
+    record_key: Path | None = None
+    record_trusted_keys: Path | None = None
+    seal_key: SealKey | None = None
+    trusted: tuple[TrustedKey, ...] = ()
+    record_key_create: bool = True  # False: the key must exist (a person's one-shot command)
 
 
 @dataclass
 class PassReport:
-    result: str = "ok"  # ok | error | standby | paused
+    result: str = "ok"  # ok | error | standby | paused | held
     head: str | None = None
+    held: str = ""  # why nothing is adopted (history rewritten)
     actions: list[object] = field(default_factory=list)
     applied: int = 0
     statuses_written: int = 0
@@ -134,15 +147,37 @@ class Controller:
         self._metered: dict[str, PoolHealth] = {}  # the pool health the gauges show
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
+        key = cfg.seal_key or sealed.load_key(
+            client, cfg.namespace, cfg.record_key, create=cfg.record_key_create
+        )
+        extra = [*cfg.trusted, *sealed.load_trusted_file(cfg.record_trusted_keys)]
+        self.keyring = sealed.trusted_keys(key, extra)
+        self.ledger = Ledger(client, cfg.namespace, cfg.cluster, keys=self.keyring)
+        self.record = SealedRecord(
+            self.backend,
+            key,
+            Authenticator(self.keyring),
+            self.ledger,
+            metrics=self.metrics,
+            recorder=self.recorder,
+        )
         self.smoke = SmokeRunner(client, cfg.smoke_namespace or cfg.namespace)
         self.analyzer = Analyzer(cfg.prometheus_url)
-        self.verdicts = Verdicts(
-            cfg, client, self.source, self.engine.reader, self.metrics, self.recorder
+        self.history = HistoryGuard(
+            cfg.branch,
+            self.ledger,
+            self.record,
+            self.source.is_ancestor,
+            metrics=self.metrics,
+            recorder=self.recorder,
+            clock=lambda: self.clock(),  # noqa: PLW0108
         )
+        self.verdicts = Verdicts(cfg, client, self.source, self.ledger, self.metrics, self.recorder)
         self.executor = Executor(
             cfg,
             engine=self.engine,
-            backend=self.backend,
+            record=self.record,
+            ledger=self.ledger,
             verdicts=self.verdicts,
             operands=self.operands,
             smoke=self.smoke,
@@ -242,7 +277,11 @@ class Controller:
             log.error("fleet repo unreachable, keeping the last fetched commits: %s", exc)
         history = self.source.commits(self.cfg.history)
         report.head = history[0].sha if history else None
-        self.verdicts.forget_except({c.sha for c in history})
+        shas = [c.sha for c in history]
+        self.ledger.refresh()
+        self.ledger.forget_except(set(shas))
+        self.verdicts.first_seen = self.ledger.first_seen(shas, self.clock())
+        self.verdicts.forget_except(set(shas))
         verdicts = {c.sha: self.checked(c.sha) for c in history}
         commits = [
             Commit(c.sha, v.ok, v.summary) if v is not None else Commit(c.sha)
@@ -258,10 +297,18 @@ class Controller:
             problem = cluster_error(list(newest.clusters), self.cfg.cluster)
             if problem is not None:
                 raise problem
-        statuses = read_record(self.backend, [c.sha for c in commits])
+        stages: tuple[StageSpec, ...] = newest.stages if newest is not None else ()
+        pool_clusters = _pool_clusters(newest) if self.cfg.cluster else {}
+        self.record.own = own_contexts(stages, self.cfg.cluster, pool_clusters)
+        self.record.set_approvers(stage_approvers(stages))
+        judged = self.record.read(shas)
+        statuses = judged.trusted
+        held = self.history.check(report.head, paused=paused)
+        report.held = held or ""
         if paused:
             report.result = "paused"
-        stages: tuple[StageSpec, ...] = ()
+        elif held:
+            report.result = "held"
         pools: dict[str, PoolObservation] = {}
         snap: PassSnapshot | None = None
         if newest is not None:
@@ -271,11 +318,10 @@ class Controller:
             snap = self.reader.read(self.engine, drivers, newest, self.compiled_for, ops)
             pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
-            stages = newest.stages
         smoking = any(s.gate.smoke_test is not None for s in stages)
         smoke = (
             self.smoke.results(stages, self.executor.stage_nodes(stages), self.clock())
-            if smoking
+            if smoking and not held
             else {}
         )
         inp = RolloutInput(
@@ -284,18 +330,19 @@ class Controller:
             pools=pools,
             stages=stages,
             now=self.clock(),
-            approvals=record.approvals_from_record(statuses),
+            approvals=judged.approvals(),
             paused=paused,
             smoke=smoke,
             analysis=self._analysis(stages, pools, statuses),
             cluster=self.cfg.cluster,
-            pool_clusters=_pool_clusters(newest) if self.cfg.cluster else {},
+            pool_clusters=pool_clusters,
+            held=held,
         )
         actions = machine.step(inp)
         report.actions = list(actions)
         for action in actions:
             self.executor.execute(action, report, stages, snap)
-        if smoking and not paused:
+        if smoking and not paused and not held:
             self.executor.finish_smoke_tests(actions)
 
     def _analysis(

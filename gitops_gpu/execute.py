@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from gitops_gpu import events, names
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.fleet.compiled import ClusterTarget, StageSpec
+from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.rollout.actions import (
@@ -22,7 +23,7 @@ from gitops_gpu.rollout.actions import (
     SetStatus,
     Wait,
 )
-from gitops_gpu.rollout.status import StatusBackend
+from gitops_gpu.sealed import SealedRecord
 from gitops_gpu.snapshot import PassSnapshot
 from gitops_gpu.sync import engine, prune
 from gitops_gpu.sync.live import Informer
@@ -61,7 +62,8 @@ class Executor:
         cfg: Config,
         *,
         engine: engine.Engine,
-        backend: StatusBackend,
+        record: SealedRecord,
+        ledger: Ledger,
         verdicts: Verdicts,
         operands: OperandRoller,
         smoke: SmokeRunner,
@@ -71,7 +73,8 @@ class Executor:
         clock: Callable[[], float],
         may_write: Callable[[], bool],
     ) -> None:
-        self.cfg, self.engine, self.backend, self.verdicts = cfg, engine, backend, verdicts
+        self.cfg, self.engine, self.record, self.verdicts = cfg, engine, record, verdicts
+        self.ledger = ledger
         self.operands, self.smoke, self.nodes = operands, smoke, nodes
         self.recorder, self.metrics, self.clock = recorder, metrics, clock
         self.may_write = may_write  # the fence (leader election's holds()), asked before writes
@@ -132,7 +135,7 @@ class Executor:
                 assert_never(action)
 
     def _write_status(self, action: SetStatus, report: PassReport) -> None:
-        if self.backend.set_status(action.to_status(self.clock())):
+        if self.record.write(action.to_status(self.clock())):
             report.statuses_written += 1
             self.metrics.status_writes.labels(action.context, action.state).inc()
             log.info(
@@ -166,6 +169,8 @@ class Executor:
         problem = cluster_error(list(compiled.clusters), self.cfg.cluster)
         if problem is not None:  # one client, one cluster (`rollback` of a multi-cluster fleet)
             raise problem
+        # Before anything is written: this controller vouches it judged the commit good.
+        self.ledger.admit(commit)
         written = 0
         live_pools = self.engine.reader.managed(*names.NVIDIA_DRIVER_API)
         for cluster in compiled.clusters.values():

@@ -121,6 +121,25 @@ class Metrics:
             "verdict, no status written)",
             registry=r,
         )
+        self.record_ignored = Counter(
+            "gitops_gpu_record_ignored_total",
+            "Statuses in the promotion record that decide nothing (counted once each): no seal "
+            "of a trusted controller, an approval by someone not an approver, a verdict the "
+            "ledger lacks; by kind: stage, preflight, approval, other",
+            ["kind"],
+            registry=r,
+        )
+        self.record_restored = Counter(
+            "gitops_gpu_record_restored_total",
+            "Verdicts written back to the record from the ledger after someone removed them",
+            registry=r,
+        )
+        self.history_held = Gauge(
+            "gitops_gpu_history_held",
+            "1 while the rollout holds because the branch head does not descend from the last "
+            "one followed (history rewritten), until gitops-gpu accept-history",
+            registry=r,
+        )
         self.untrusted_commits = Counter(
             "gitops_gpu_untrusted_commits_total",
             "Commits held back because no trusted key signed them (--verify-signatures), by "

@@ -20,6 +20,9 @@ CLUSTER_POLICY_NAME = "cluster-policy"
 CLUSTER_POLICY_API = ("nvidia.com/v1", "ClusterPolicy")
 NVIDIA_DRIVER_API = ("nvidia.com/v1alpha1", "NVIDIADriver")
 NODE_GPU_REPORT_API = (f"{GROUP}/v1alpha1", "NodeGPUReport")
+# Top-level key the report informer adds to each cached NodeGPUReport: when the controller saw
+# its content (observedAt included) last change, as an aware datetime. Not an apiserver field.
+REPORT_SEEN_KEY = "_seen"
 
 # GPU Operator node labels
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"

@@ -233,11 +233,14 @@ def _validity(node: Obj, report: Obj | None, now: datetime) -> tuple[datetime, b
         graced = created + timedelta(seconds=nfd.NEW_NODE_GRACE_SECONDS)
         if graced > now:
             until = min(until, graced)
-    status = (report or {}).get("status") or {}
-    observed = timefmt.parse(status.get("observedAt"))
-    if observed is None:
+    # The same window the ladder judges by (signals.report_problem), so the verdict ends
+    # exactly when the report becomes trusted or goes stale.
+    window = signals.report_window(report, DEFAULT_OPTIONS)
+    if window is None:
         return until, False
-    stale_at = observed + timedelta(seconds=signals.stale_limit(status, DEFAULT_OPTIONS))
-    if stale_at <= now:
+    trusted_from, stale_at = window
+    if now < trusted_from:
+        return min(until, trusted_from), False
+    if now > stale_at:
         return until, False
     return min(until, stale_at), True

@@ -9,10 +9,10 @@ never disagree about what a commit is or where the record lives.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gitops_gpu import kube, names
+from gitops_gpu import history_guard, kube, names
 from gitops_gpu.components import drift, evidence
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
@@ -23,6 +23,8 @@ from gitops_gpu.observe import Observer
 from gitops_gpu.rollout import span
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.inputs import PoolObservation
+from gitops_gpu.rollout.record import Record
+from gitops_gpu.rollout.seal import SealKey
 from gitops_gpu.rollout.status import (
     FAILURE,
     SUCCESS,
@@ -30,6 +32,7 @@ from gitops_gpu.rollout.status import (
     approval_context,
     stage_context,
 )
+from gitops_gpu.sealed import stage_approvers
 from gitops_gpu.snapshot import Reader
 from gitops_gpu.sync import engine
 from gitops_gpu.sync.live import Informer, LiveReader, pod_node
@@ -42,11 +45,22 @@ class NothingToActOnError(GitopsGpuError):
 
 
 def connect(cfg: Config, client: kube.Client) -> Controller:
-    """A controller for one operation: the fleet fetched, the record read."""
+    """A controller for one operation: the fleet fetched, the record read. It seals with the
+    controller's key (its Secret must exist: a person never mints a new one by accident)."""
+    cfg.record_key_create = False
     ctl = Controller(cfg, client)
     ctl.source.poll()
     ctl.backend.refresh()
+    ctl.ledger.refresh(force=True)
     return ctl
+
+
+def trusted_record(ctl: Controller, shas: Sequence[str], compiled: CompiledFleet) -> Record:
+    """The record as the controller's passes count it (sealed, approvers, the ledger)."""
+    pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
+    ctl.record.own = span.own_contexts(compiled.stages, ctl.cfg.cluster, pool_clusters)
+    ctl.record.set_approvers(stage_approvers(compiled.stages))
+    return Record(ctl.record.read(shas).trusted)
 
 
 def newest(ctl: Controller) -> tuple[list[BranchCommit], CompiledFleet]:
@@ -64,9 +78,17 @@ class StatusReport:
     paused: bool
     many_clusters: bool  # stages and pools carry their clusters
     stages: list[dict[str, Any]]
+    # Record statuses that decide nothing (forged, unsigned, not by an approver), and why.
+    ignored: list[dict[str, str]] = field(default_factory=list)
+    held: str = ""  # "history rewritten: ..." while the rollout holds
 
     def as_json(self) -> dict[str, Any]:
-        return {"paused": self.paused, "stages": self.stages}
+        return {
+            "paused": self.paused,
+            "held": self.held,
+            "stages": self.stages,
+            "ignored": self.ignored,
+        }
 
 
 def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
@@ -90,11 +112,25 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
         pools |= {p: o for p, o in seen.items() if p in cluster.pools}
         health |= {p: h for p, h in healthy.items() if p in cluster.pools}
     pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
+    history = [c.sha for c in _history]
+    trusted = trusted_record(ctl, history, compiled)
     stages = [
-        _stage(ctl, stage, pools, health, pool_clusters if many else None)
+        _stage(trusted, stage, pools, health, pool_clusters if many else None)
         for stage in compiled.stages
     ]
-    return StatusReport(ctl.paused(), many, stages)
+    ignored = [
+        {
+            "commit": i.status.sha,
+            "context": i.status.context,
+            "state": str(i.status.state),
+            "reason": i.reason,
+            "creator": i.status.creator,
+        }
+        for i in ctl.record.ignored
+    ]
+    head = history[0] if history else None
+    held = ctl.history.reason(head) if head else None
+    return StatusReport(ctl.paused(), many, stages, ignored, held or "")
 
 
 def _observe(
@@ -120,14 +156,14 @@ def _observe(
 
 
 def _stage(
-    ctl: Controller,
+    trusted: Record,
     stage: StageSpec,
     pools: Mapping[str, PoolObservation],
     health: Mapping[str, PoolHealth],
     pool_clusters: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     commit = applied_commit(stage, pools)
-    verdict = ctl.backend.latest(commit, stage_context(stage.name)) if commit else None
+    verdict = trusted.latest(commit, stage_context(stage.name)) if commit else None
     entry: dict[str, Any] = {
         "stage": stage.name,
         "commit": commit,
@@ -143,7 +179,7 @@ def _stage(
         for cluster in clusters:
             part = span.local_part(stage, cluster, pool_clusters)
             at = applied_commit(part, pools) if part is not None else None
-            st = ctl.backend.latest(at, span.cluster_context(stage.name, cluster)) if at else None
+            st = trusted.latest(at, span.cluster_context(stage.name, cluster)) if at else None
             parts.append(
                 {
                     "cluster": cluster,
@@ -218,11 +254,27 @@ def apply(
 
 
 # -- steering -----------------------------------------------------------------------------------
-def approve(ctl: Controller, rev: str, stage: str, who: str, now: float) -> tuple[str, bool]:
-    """Record ``who``'s approval of ``rev`` for ``stage``: (the commit, whether it was new)."""
+def approve(
+    ctl: Controller, rev: str, stage: str, who: str, now: float, key: SealKey | None = None
+) -> tuple[str, bool]:
+    """Record ``who``'s approval of ``rev`` for ``stage``, sealed with the approver's ``key``
+    (else the controller's): (the commit, whether it was new)."""
     sha = ctl.source.resolve(rev)
     status = CommitStatus(sha, approval_context(stage), SUCCESS, f"approved by {who}", "", now)
-    return sha, ctl.backend.set_status(status)
+    return sha, ctl.record.write(status, key=key)
+
+
+def accept_history(ctl: Controller, rev: str, who: str, now: float) -> tuple[str, str]:
+    """``who`` accepts ``rev`` as the branch head to follow though it does not descend from
+    the last one: (the commit, the head it replaces)."""
+    sha = ctl.source.resolve(rev)
+    head = ctl.source.local_head()
+    if head != sha:
+        raise NothingToActOnError(
+            f"{sha[:12]} is not the head of {ctl.cfg.branch} ({(head or 'none')[:12]}): only the "
+            "head the controller holds at can be accepted"
+        )
+    return sha, history_guard.accept(ctl.ledger, ctl.record, sha, who, now)
 
 
 def set_paused(client: kube.Client, namespace: str, paused: bool) -> None:
@@ -257,14 +309,14 @@ def rollback(
         .get(names.COMMIT_ANNOTATION)
         for p in stage.pools
     }
-    target = ctl.source.resolve(to) if to else _last_success(ctl, stage, history, current)
+    target = ctl.source.resolve(to) if to else _last_success(ctl, stage, history, current, compiled)
     if target is None:
         raise NothingToActOnError(
             f"stage {stage.name} has no earlier successful commit to roll back to"
         )
     for sha in sorted(c for c in current if c and c != target):
         text = f"rolled back by {who} to {target[:7]}"
-        ctl.backend.set_status(CommitStatus(sha, stage_context(stage.name), FAILURE, text, "", now))
+        ctl.record.write(CommitStatus(sha, stage_context(stage.name), FAILURE, text, "", now))
     ctl.start_informers()
     try:
         written = ctl.apply_stage(stage.name, target, rollback=True)
@@ -274,10 +326,15 @@ def rollback(
 
 
 def _last_success(
-    ctl: Controller, stage: StageSpec, history: Sequence[BranchCommit], current: set[str | None]
+    ctl: Controller,
+    stage: StageSpec,
+    history: Sequence[BranchCommit],
+    current: set[str | None],
+    compiled: CompiledFleet,
 ) -> str | None:
+    trusted = trusted_record(ctl, [c.sha for c in history], compiled)
     for c in history:
-        st = ctl.backend.latest(c.sha, stage_context(stage.name))
+        st = trusted.latest(c.sha, stage_context(stage.name))
         if st is not None and st.state == SUCCESS and c.sha not in current:
             return c.sha
     return None

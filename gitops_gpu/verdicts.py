@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,10 +20,10 @@ from gitops_gpu import events, kube, names
 from gitops_gpu.errors import FleetError, GitopsGpuError, KubeError, SourceError
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.export import TreeError
+from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.preflight.findings import Finding
-from gitops_gpu.sync.live import LiveReader
 from gitops_gpu.sync.source import GitSource
 
 if TYPE_CHECKING:
@@ -53,14 +54,16 @@ class Verdicts:
         cfg: Config,
         client: kube.Client,
         source: GitSource,
-        reader: LiveReader,
+        ledger: Ledger,
         metrics: Metrics,
         recorder: events.EventRecorder,
     ) -> None:
-        self.cfg, self.client, self.source, self.reader = cfg, client, source, reader
+        self.cfg, self.client, self.source, self.ledger = cfg, client, source, ledger
         self.metrics, self.recorder = metrics, recorder
         self.cache: dict[str, CommitVerdict] = {}
-        self.runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> already applied?
+        self.runs_in_cluster: dict[str, bool] = {}  # untrusted commits -> adopted before?
+        # When the controller first saw each commit (the ledger's): keys are judged then.
+        self.first_seen: dict[str, float] = {}
         self._crds_fetched: float | None = None
 
     def checked(self, sha: str) -> CommitVerdict | None:
@@ -126,15 +129,19 @@ class Verdicts:
 
     def untrusted(self, sha: str) -> CommitVerdict | None:
         """--verify-signatures, judged on every call (KEYS may have changed): a failed check for
-        a commit no trusted key vouches for. A commit the cluster already runs is not re-judged
-        (it was trusted when applied; a removed key must not roll it back)."""
+        a commit no trusted key vouches for. A commit this controller adopted before (its
+        ledger says so) is not re-judged: it was trusted then, and a removed key must not roll
+        it back. A commit annotation on a live object proves nothing: anyone with patch rights
+        on one NVIDIADriver could write it."""
         if self.cfg.verifier is None:
             return None
-        verdict = self.cfg.verifier.verify(self.source.repo.git_dir, sha)
+        seen = self.first_seen.get(sha)
+        at = datetime.fromtimestamp(seen, UTC) if seen is not None else None
+        verdict = self.cfg.verifier.verify(self.source.repo.git_dir, sha, at=at)
         if verdict.trusted:
             return None
         if sha not in self.runs_in_cluster:
-            self.runs_in_cluster[sha] = self.runs(sha)
+            self.runs_in_cluster[sha] = sha in self.ledger.data.admitted
             if not self.runs_in_cluster[sha]:
                 message = f"commit {sha[:12]} held back, never applied: {verdict.reason}"
                 log.warning("%s", message)
@@ -148,20 +155,11 @@ class Verdicts:
                 )
             else:
                 log.warning(
-                    "commit %s runs in the cluster: not re-judged (%s)", sha[:12], verdict.reason
+                    "commit %s was adopted before: not re-judged (%s)", sha[:12], verdict.reason
                 )
         if self.runs_in_cluster[sha]:
             return None
         return CommitVerdict(False, f"untrusted commit: {verdict.reason}"[:120], None)
-
-    def runs(self, sha: str) -> bool:
-        """Whether the ClusterPolicy or an NVIDIADriver carries ``sha`` (it was applied)."""
-        objs = list(self.reader.managed(*names.NVIDIA_DRIVER_API).values())
-        objs.append(self.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME) or {})
-        return any(
-            ((o.get("metadata") or {}).get("annotations") or {}).get(names.COMMIT_ANNOTATION) == sha
-            for o in objs
-        )
 
     def crds_dir(self) -> Path:
         """The CRD schemas preflight checks against: ``--crds`` if given, else the cluster's own

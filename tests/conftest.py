@@ -122,3 +122,9 @@ def _clean(tb: session.Testbed) -> None:
             continue  # CRD not installed
         for item in items:
             tb.client.delete(api, kind, item["metadata"]["name"])
+    # The controller's ledger remembers the last head it followed: another test's repo would
+    # read as rewritten history. (The seal key Secret may stay: any key seals.)
+    for item in tb.client.list("v1", "ConfigMap")["items"]:
+        meta = item["metadata"]
+        if meta["name"].startswith("gitops-gpu-ledger"):
+            tb.client.delete("v1", "ConfigMap", meta["name"], meta["namespace"])

@@ -136,24 +136,35 @@ class Signers:
         edit: Callable[[Path], None] | None = None,
         *,
         push: bool = True,
+        date: str | None = None,
     ) -> str:
         """Commit (signed by ``key``: an OpenPGP fingerprint or an SSH private key path; None:
-        unsigned) and force-push main to origin."""
+        unsigned) and force-push main to origin. ``date``: the author and committer date the
+        signer writes (git's date formats, e.g. "2019-06-01T12:00:00Z")."""
         if edit is not None:
             edit(work)
         git(work, "add", "-A", env=self.env)
         sign = ["-S"] if key is not None else []
         git(work, *self._sign_config(key), "commit", "-q", "--allow-empty", *sign, "-m",
-            message, env=self.env)  # fmt: skip
+            message, env=self._dated(date))  # fmt: skip
         if push:
             git(work, "push", "-q", "--force", "origin", "main", env=self.env)
         return git(work, "rev-parse", "HEAD")
 
-    def tag(self, work: Path, name: str, sha: str, key: str | Path | None) -> None:
-        """An annotated tag at ``sha``, signed by ``key`` (None: unsigned), pushed."""
+    def tag(
+        self, work: Path, name: str, sha: str, key: str | Path | None, *, date: str | None = None
+    ) -> None:
+        """An annotated tag at ``sha``, signed by ``key`` (None: unsigned), pushed. ``date``:
+        the tagger date, as for ``commit``."""
         sign = ["-s"] if key is not None else ["-a"]
-        git(work, *self._sign_config(key), "tag", *sign, "-m", name, name, sha, env=self.env)
+        git(work, *self._sign_config(key), "tag", *sign, "-m", name, name, sha,
+            env=self._dated(date))  # fmt: skip
         git(work, "push", "-q", "origin", f"refs/tags/{name}", env=self.env)
+
+    def _dated(self, date: str | None) -> dict[str, str]:
+        if date is None:
+            return self.env
+        return {**self.env, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
 
     def tamper(self, work: Path, sha: str, *, push: bool = True) -> str:
         """A copy of commit ``sha`` with its message changed and its signature kept, made the

@@ -28,6 +28,7 @@ COMMANDS = {
     "nodes": "nodes",
     "status": "rollout",
     "approve": "rollout",
+    "accept-history": "rollout",
     "pause": "rollout",
     "resume": "rollout",
     "rollback": "rollout",

@@ -83,6 +83,18 @@ def status_record(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="the forge token for statuses (default: $GITOPS_GPU_STATUS_TOKEN)",
     )
+    p.add_argument(
+        "--record-key",
+        type=Path,
+        help="the ed25519 key that seals the controller's statuses (default: the Secret "
+        "gitops-gpu-record-key in --namespace, created on first start; docs/trust.md)",
+    )
+    p.add_argument(
+        "--record-trusted-keys",
+        type=Path,
+        help="more controllers whose sealed statuses count: 'ssh-ed25519 AAAA... name' lines "
+        "(the other clusters' controllers; a key being rotated out)",
+    )
 
 
 def namespace(p: argparse.ArgumentParser) -> None:
@@ -113,6 +125,8 @@ def controller_config(args: argparse.Namespace, cache: str, **more: Any) -> Conf
         cache_dir=args.cache_dir or default_cache_dir().parent / cache,
         status_backend=args.status_backend,
         status_token_file=args.status_token_file,
+        record_key=args.record_key,
+        record_trusted_keys=args.record_trusted_keys,
         cluster=getattr(args, "cluster", None),
         **more,
     )

@@ -1,4 +1,5 @@
-"""`gitops-gpu status | approve | pause | resume | rollback`: people steering a rollout.
+"""`gitops-gpu status | approve | accept-history | pause | resume | rollback`: people steering
+a rollout.
 
 Approvals and manual rollbacks are written to the promotion record (commit statuses), so the
 controller, pull requests and any other tool see the same thing; pause is a flag in the
@@ -12,11 +13,13 @@ import getpass
 import json
 import sys
 import time
+from pathlib import Path
 
 from gitops_gpu import kube, operations
 from gitops_gpu.cli import options, status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.controller import Controller
+from gitops_gpu.rollout import seal
 
 
 def _common(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
@@ -36,7 +39,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(a)
     a.add_argument("commit", help="the commit (sha or ref) a person approves")
     a.add_argument("--stage", required=True, help="the stage whose gate requires approval")
+    a.add_argument(
+        "--key",
+        type=Path,
+        help="seal the approval with this ed25519 key (an approver's, listed in the stage's "
+        "approvers.keys; git notes); default: the controller's key",
+    )
     a.set_defaults(func=_approve)
+    h = sub.add_parser(
+        "accept-history",
+        help="follow a branch head that does not descend from the last one (after a force-push)",
+    )
+    _common(h)
+    h.add_argument("commit", help="the branch's new head, as the controller's hold names it")
+    h.set_defaults(func=_accept_history)
     for verb, value in (("pause", "true"), ("resume", "false")):
         p = sub.add_parser(verb, help=f"{verb} every rollout at the next pass (emergency brake)")
         _common(p, repo=False)
@@ -69,6 +85,14 @@ def _status(args: argparse.Namespace) -> int:
         return Exit.OK
     if report.paused:
         print("PAUSED (gitops-gpu resume to continue)")
+    if report.held:
+        print(f"HELD: {report.held} (gitops-gpu accept-history to follow it)")
+    for item in report.ignored:
+        who = f" posted by {item['creator']}" if item["creator"] else ""
+        print(
+            f"ignored: {item['context']} {item['state']} on {item['commit'][:12]}{who}: "
+            f"{item['reason']}"
+        )
     if report.many_clusters:
         status_clusters.render(report.stages)
         return Exit.OK
@@ -87,8 +111,22 @@ def _status(args: argparse.Namespace) -> int:
 
 def _approve(args: argparse.Namespace) -> int:
     ctl = _connect(args)
-    sha, wrote = operations.approve(ctl, args.commit, args.stage, getpass.getuser(), time.time())
+    key = seal.load_private_file(args.key, getpass.getuser()) if args.key else None
+    sha, wrote = operations.approve(
+        ctl, args.commit, args.stage, getpass.getuser(), time.time(), key=key
+    )
     print(f"approved {sha[:12]} for stage {args.stage}" + ("" if wrote else " (already approved)"))
+    return Exit.OK
+
+
+def _accept_history(args: argparse.Namespace) -> int:
+    ctl = _connect(args)
+    try:
+        sha, previous = operations.accept_history(ctl, args.commit, getpass.getuser(), time.time())
+    except operations.NothingToActOnError as exc:
+        print(exc, file=sys.stderr)
+        return Exit.FAILED
+    print(f"accepted {sha[:12]} as the head to follow (was {previous[:12] or 'none'})")
     return Exit.OK
 
 

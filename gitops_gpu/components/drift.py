@@ -3,7 +3,8 @@
 Compared per node: the NVML driver version against the pool's driver version; the NVML MIG mode
 against the pool's MIG profile (or the node's ``nvidia.com/mig.config`` label when the pool sets
 none); the GPUs NVML can use against GFD's ``nvidia.com/gpu.count``. A node without a usable
-report (missing, stale, NVML down) is drift too: its NVML state is unknown.
+report (missing, stale, dated ahead of the controller's clock, NVML down) is drift too: its
+NVML state is unknown.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def node_drift(
         return [drift("report", "a NodeGPUReport", "missing")]
     limit = signals.stale_limit(status, opts)
     age = ev.report_age
-    if age is None or age > limit:
+    window = signals.report_window(ev.report, opts)
+    if window is not None and ev.now < window[0]:
+        ahead = f"{signals.clock_lead(ev):.0f}s ahead (untrusted)"
+        return [drift("report", f"at most {signals.MAX_CLOCK_SKEW_SECONDS:.0f}s ahead", ahead)]
+    if age is None or window is None or ev.now > window[1]:
         return [
             drift(
                 "report",

@@ -66,9 +66,19 @@ class NodeEvidence:
         return status or None
 
     @property
+    def observed_at(self) -> datetime | None:
+        return timefmt.parse((self.status or {}).get("observedAt"))
+
+    @property
     def report_age(self) -> float | None:
-        observed = timefmt.parse((self.status or {}).get("observedAt"))
-        return None if observed is None else (self.now - observed).total_seconds()
+        """Seconds since observedAt or, if longer, since the controller saw the report change:
+        a report that stopped changing ages whatever it claims. None without observedAt."""
+        observed = self.observed_at
+        if observed is None:
+            return None
+        seen = seen_at(self.report)
+        since = observed if seen is None else min(observed, seen)
+        return (self.now - since).total_seconds()
 
     def nvml_ready(self) -> bool:
         for cond in (self.status or {}).get("conditions", []):
@@ -79,6 +89,13 @@ class NodeEvidence:
     @property
     def gpus(self) -> Sequence[Obj]:
         return (self.status or {}).get("gpus") or []
+
+
+def seen_at(report: Obj | None) -> datetime | None:
+    """When the controller's report cache saw this report's content last change (sync/live.py);
+    None for a report read without the cache (the CLI's one LIST)."""
+    seen = (report or {}).get(names.REPORT_SEEN_KEY)
+    return seen if isinstance(seen, datetime) else None
 
 
 def selector_string(selector: Mapping[str, str]) -> str:

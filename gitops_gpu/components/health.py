@@ -44,7 +44,8 @@ class Options:
 
     ``since``: when the stage adopted the commit; Xid events seen before it are history, not
     news. ``stale_after``: a NodeGPUReport older than this (or than 2.5 of its own heartbeats,
-    whichever is longer) no longer describes the node.
+    whichever is longer, the heartbeat bounded: signals.stale_limit) no longer describes the
+    node.
     """
 
     since: datetime | None = None

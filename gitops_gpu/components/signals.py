@@ -9,16 +9,23 @@ Operand pods: the ClusterPolicy is not part of the evidence, so a component may 
 cluster-wide while its label still says ``true``. Hence a pod that *exists* must be healthy
 (crash-looping -> Degraded, not Ready -> Progressing), but a *missing* pod is not held against
 the node; only the validator demands positive evidence (see validator.py).
+
+Report age: a NodeGPUReport is judged by its content only while it is fresh, i.e. younger than
+its stale limit counted from its observedAt or from when the controller saw it last change,
+whichever is earlier (an agent that stopped goes stale whatever observedAt claims), and not
+dated further ahead of the controller's clock than ``MAX_CLOCK_SKEW_SECONDS`` (untrusted).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names, timefmt
-from gitops_gpu.components.evidence import NodeEvidence
+from gitops_gpu.components.evidence import NodeEvidence, seen_at
 from gitops_gpu.components.health import Health, Options, RungResult, result
 from gitops_gpu.fleet.compiled import PoolTarget
 
@@ -33,6 +40,14 @@ APP_DCGM = "nvidia-dcgm"
 APP_DCGM_EXPORTER = "nvidia-dcgm-exporter"
 APP_MIG_MANAGER = "nvidia-mig-manager"
 APP_VALIDATOR = "nvidia-operator-validator"
+
+# How far a report's observedAt may lie ahead of the controller's clock (node and controller
+# clocks drift apart a little). Further ahead, observedAt would keep the report fresh for as
+# long as it leads: such a report is untrusted, its rungs Unknown.
+MAX_CLOCK_SKEW_SECONDS = 30.0
+# The longest agent heartbeat that widens the stale limit (to 2.5 heartbeats); the agent's
+# default is max(4 x interval, 60 s).
+MAX_HEARTBEAT_SECONDS = 600.0
 
 _BROKEN_WAITING = {
     "CrashLoopBackOff",
@@ -133,12 +148,30 @@ def operand_verdict(
 
 
 def stale_limit(status: Obj, opts: Options) -> float:
-    """Seconds after which a report is stale: the option, or 2.5 agent heartbeats if longer."""
+    """Seconds after which a report is stale: the option, or 2.5 agent heartbeats if longer. A
+    heartbeat that is not a positive finite number does not count; one above
+    ``MAX_HEARTBEAT_SECONDS`` counts as that (a report must not buy itself a longer life)."""
     beat = status.get("heartbeatSeconds")
+    if isinstance(beat, bool) or not isinstance(beat, int | float):
+        return opts.stale_after
+    if not (math.isfinite(beat) and beat > 0):
+        return opts.stale_after
+    return max(opts.stale_after, 2.5 * min(float(beat), MAX_HEARTBEAT_SECONDS))
+
+
+def report_window(report: Obj | None, opts: Options) -> tuple[datetime, datetime] | None:
+    """When a report may be judged by its content: from its observedAt less the allowed clock
+    skew, until it goes stale (the stale limit after its observedAt or after the controller saw
+    it change, whichever is earlier). None when it has no observedAt."""
+    status = (report or {}).get("status") or {}
+    observed = timefmt.parse(status.get("observedAt"))
+    if observed is None:
+        return None
+    seen = seen_at(report)
+    since = observed if seen is None else min(observed, seen)
     return (
-        max(opts.stale_after, 2.5 * float(beat))
-        if isinstance(beat, int | float)
-        else opts.stale_after
+        observed - timedelta(seconds=MAX_CLOCK_SKEW_SECONDS),
+        since + timedelta(seconds=stale_limit(status, opts)),
     )
 
 
@@ -151,17 +184,34 @@ def report_problem(component: str, ev: NodeEvidence, opts: Options) -> RungResul
             Health.UNKNOWN,
             "no NodeGPUReport for the node (is the gitops-gpu agent running there?)",
         )
-    age = ev.report_age
-    limit = stale_limit(status, opts)
-    if age is None:
+    window = report_window(ev.report, opts)
+    if window is None:
         return result(component, Health.UNKNOWN, "NodeGPUReport has no observedAt")
-    if age > limit:
+    if ev.now < window[0]:
+        return result(component, Health.UNKNOWN, untrusted_reason(ev))
+    if ev.now > window[1]:
+        age = ev.report_age or 0.0
+        limit = stale_limit(status, opts)
         return result(
             component,
             Health.UNKNOWN,
             f"NodeGPUReport is stale: {age:.0f}s old (limit {limit:.0f}s)",
         )
     return None
+
+
+def clock_lead(ev: NodeEvidence) -> float:
+    """Seconds the report's observedAt lies ahead of the controller's clock (0 without one)."""
+    observed = ev.observed_at
+    return 0.0 if observed is None else (observed - ev.now).total_seconds()
+
+
+def untrusted_reason(ev: NodeEvidence) -> str:
+    observed = (ev.status or {}).get("observedAt")
+    return (
+        f"NodeGPUReport observedAt {observed} is {clock_lead(ev):.0f}s ahead of the "
+        f"controller's clock (max skew {MAX_CLOCK_SKEW_SECONDS:.0f}s): untrusted"
+    )
 
 
 def xids_since(status: Obj, since: Any) -> list[Obj]:

@@ -71,6 +71,8 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
                 soak_seconds=s.gate.soak,
                 max_unhealthy_nodes=s.gate.max_unhealthy_nodes,
                 approval_required=s.gate.approval == "required",
+                approvers=tuple(s.gate.approvers.users) if s.gate.approvers else (),
+                approver_keys=tuple(s.gate.approvers.keys) if s.gate.approvers else (),
                 timeout_seconds=s.gate.timeout,
                 smoke_test=_smoke_spec(s.gate.smoke_test),
                 metrics=tuple(

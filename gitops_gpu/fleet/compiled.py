@@ -40,6 +40,9 @@ class GateSpec:
     soak_seconds: float = 0.0
     max_unhealthy_nodes: int = 0
     approval_required: bool = False
+    # Who may approve (forge logins; 'ssh-ed25519 ...' keys); none named: the controller's key.
+    approvers: tuple[str, ...] = ()
+    approver_keys: tuple[str, ...] = ()
     timeout_seconds: float | None = None
     smoke_test: SmokeTestSpec | None = None
     metrics: tuple[MetricSpec, ...] = ()

@@ -225,10 +225,35 @@ class MetricCheck(_Model):
             raise ValueError(f"metric {self.name!r}: give max, min or both, or compareTo")
 
 
+_ED25519 = re.compile(r"AAAAC3NzaC1lZDI1NTE5AAAAI[A-Za-z0-9+/]{43}=?")
+
+
+class Approvers(_Model):
+    """Who may approve a stage: forge logins (the status's creator as the forge reports it) and,
+    for a record with no logins (git notes), approvers' keys: 'ssh-ed25519 AAAA... name'."""
+
+    users: list[StrictStr] = Field(default_factory=list)
+    keys: list[StrictStr] = Field(default_factory=list)
+
+    @field_validator("keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        for i, line in enumerate(v, 1):
+            parts = line.split()
+            # ssh-ed25519 public keys are 51 bytes: base64 "AAAAC3NzaC1lZDI1NTE5AAAA" + 44 chars
+            if len(parts) < 2 or parts[0] != "ssh-ed25519" or not _ED25519.fullmatch(parts[1]):
+                raise ValueError(
+                    f"key {i}: expected 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5... name' "
+                    "(an OpenSSH ed25519 public key line)"
+                )
+        return v
+
+
 class Gate(_Model):
     soak: Duration = 0.0
     max_unhealthy_nodes: int = Field(default=0, ge=0, strict=True)
     approval: Literal["none", "required"] = "none"
+    approvers: Approvers | None = None
     timeout: Duration | None = None
     smoke_test: SmokeTest | None = None
     metrics: list[MetricCheck] = Field(default_factory=list)
@@ -241,6 +266,10 @@ class Gate(_Model):
         if v is not None and v <= 0:
             raise ValueError("a timeout must be longer than 0s (omit it for no timeout)")
         return v
+
+    def model_post_init(self, _: Any) -> None:
+        if self.approvers is not None and self.approval != "required":
+            raise ValueError("approvers are named but approval is not 'required': set both")
 
 
 class Stage(_Model):

@@ -34,6 +34,9 @@ from gitops_gpu.rollout.status import (
 
 log = logging.getLogger(__name__)
 Item = dict[str, Any]
+# A status's seal travels in its target_url's fragment: every forge stores that URL verbatim,
+# and a browser following the link ignores the fragment.
+SEAL_FRAGMENT = "#gitops-gpu-seal="
 Query = dict[str, str | int]
 
 
@@ -49,6 +52,15 @@ class Dialect(abc.ABC):
 
     def __init__(self, repo_path: str, per_page: int) -> None:
         self.repo_path, self.per_page = repo_path, per_page
+        self.web_url = ""  # the repository's web page, for sealed statuses' links
+
+    def commit_url(self, sha: str) -> str:
+        return f"{self.web_url}/commit/{sha}"
+
+    def creator_of(self, item: Item) -> str:
+        """The account that posted the status, as the forge reports it (GitHub, Gitea)."""
+        creator = item.get("creator")
+        return str(creator.get("login") or "") if isinstance(creator, dict) else ""
 
     @abc.abstractmethod
     def headers(self, token: str) -> dict[str, str]: ...
@@ -81,13 +93,16 @@ class Dialect(abc.ABC):
         return exc
 
     def parse(self, sha: str, item: Item) -> CommitStatus:
+        url, _, seal = str(item.get("target_url") or "").partition(SEAL_FRAGMENT)
         return CommitStatus(
             sha=sha,
             context=str(item.get(self.context_key) or "default"),
             state=self.from_forge(str(item.get(self.state_key) or item.get("state") or "")),
             description=str(item.get("description") or ""),
-            target_url=str(item.get("target_url") or ""),
+            target_url=url,
             created_at=timefmt.epoch(item.get("created_at")),
+            seal=seal,
+            creator=self.creator_of(item),
         )
 
     def body(self, status: CommitStatus, state: str) -> dict[str, str]:
@@ -96,8 +111,11 @@ class Dialect(abc.ABC):
             self.context_key: status.context,
             "description": fit_description(status.description),
         }
-        if status.target_url or self.always_target_url:
-            body["target_url"] = status.target_url
+        url = status.target_url
+        if status.seal:
+            url = (url or self.commit_url(status.sha)) + SEAL_FRAGMENT + status.seal
+        if url or self.always_target_url:
+            body["target_url"] = url
         return body
 
 

@@ -87,6 +87,7 @@ class GiteaBackend(ForgeBackend):
         server = server_url.rstrip("/")
         dialect = Gitea(f"/repos/{quote(owner)}/{quote(repo)}", limit, f"{owner}/{repo}", server)
         api = server + "/api/v1"
+        dialect.web_url = f"{server}/{quote(owner)}/{quote(repo)}"
         super().__init__(dialect, api, token, token_source=token_source, retry=retry, sleep=sleep)
         dialect.probe = HttpClient(
             "gitea",

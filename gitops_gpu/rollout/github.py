@@ -49,6 +49,8 @@ class GitHubBackend(ForgeBackend):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         dialect = GitHub(f"/repos/{quote(owner)}/{quote(repo)}", per_page)
+        web = "https://github.com" if api_url == API_URL else api_url.rstrip("/")
+        dialect.web_url = f"{web.removesuffix('/api/v3')}/{quote(owner)}/{quote(repo)}"
         super().__init__(
             dialect, api_url, token, token_source=token_source, retry=retry, sleep=sleep
         )

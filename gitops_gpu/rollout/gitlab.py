@@ -74,6 +74,13 @@ class GitLab(Dialect):
     def from_forge(self, state: str) -> str:
         return _FROM_GITLAB.get(state, ERROR)
 
+    def commit_url(self, sha: str) -> str:
+        return f"{self.web_url}/-/commit/{sha}"
+
+    def creator_of(self, item: Item) -> str:
+        author = item.get("author")
+        return str(author.get("username") or "") if isinstance(author, dict) else ""
+
     def state_for(self, status: CommitStatus, latest: Item | None) -> str | None:
         if status.state != PENDING or latest is None:
             return _TO_GITLAB.get(status.state, "pending")
@@ -107,4 +114,10 @@ class GitLabBackend(ForgeBackend):
         # A numeric id or a namespaced path ("group/sub/project"), which must be URL-encoded.
         dialect = GitLab(f"/projects/{urllib.parse.quote(project, safe='')}", per_page, ref)
         api = server_url.rstrip("/") + "/api/v4"
+        # A numeric id has no web path: link the API's commit instead.
+        dialect.web_url = (
+            f"{api}{dialect.repo_path}/repository"
+            if project.isdigit()
+            else f"{server_url.rstrip('/')}/{project}"
+        )
         super().__init__(dialect, api, token, token_source=token_source, retry=retry, sleep=sleep)

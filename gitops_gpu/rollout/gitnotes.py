@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gitops_gpu.errors import StatusBackendError
-from gitops_gpu.rollout.status import CommitStatus, StatusBackend, latest_of, should_write
+from gitops_gpu.rollout.status import CommitStatus, StatusBackend, should_write
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class GitNotesBackend(StatusBackend):
             problem = ""
             for attempt in range(1, self._attempts + 1):
                 entries = self._read(status.sha)  # re-read: a writer may have pushed since
-                if not should_write(latest_of(entries, status.context), status):
+                if not should_write(self.latest_trusted(entries, status.context), status):
                     return False
                 self._store(status.sha, [*entries, status])
                 if self.remote is None:
@@ -188,6 +188,7 @@ class GitNotesBackend(StatusBackend):
                         description=str(data.get("description", "")),
                         target_url=str(data.get("target_url", "")),
                         created_at=float(data.get("created_at", 0.0)),
+                        seal=str(data.get("seal", "")),
                     )
                 )
             except (ValueError, KeyError, TypeError):
@@ -206,6 +207,7 @@ class GitNotesBackend(StatusBackend):
                     "description": e.description,
                     "target_url": e.target_url,
                     "created_at": e.created_at,
+                    **({"seal": e.seal} if e.seal else {}),
                 },
                 sort_keys=True,
             )

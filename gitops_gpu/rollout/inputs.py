@@ -66,3 +66,5 @@ class RolloutInput:
     # It runs only its cluster's part of each stage (rollout/span.py); None: the whole fleet.
     cluster: str | None = None
     pool_clusters: Mapping[str, str] = field(default_factory=dict)
+    # Why nothing may be adopted or recorded this pass (the branch's history was rewritten).
+    held: str | None = None

@@ -81,6 +81,9 @@ def step(inp: RolloutInput) -> list[Action]:
     """Decide one pass. Actions come in the order the controller must carry them out."""
     if inp.paused:
         return [Wait("rollout paused: nothing is adopted, promoted, rolled back or recorded")]
+    if inp.held:  # preflight verdicts still reach pull requests; nothing else moves
+        record = Record(inp.statuses)
+        return [*_preflight_statuses(inp.commits, record), Wait(f"rollout held: {inp.held}")]
     record = Record(inp.statuses)
     return _capped(_step(inp, record), record)
 
@@ -153,9 +156,9 @@ def _stage_step(
     if stage.cluster is not None and record.state(target, stage_context(name)) == FAILURE:
         return superseded + _failed_elsewhere(stage, target, record)
     view = observe(stage, inp.pools, target)
-    approved = (
-        not stage.gate.approval_required or state == SUCCESS or (target, name) in inp.approvals
-    )
+    # Only an approval approves: a stage's own success is not one (a revoked approval stops
+    # even the drift heal of a finished stage).
+    approved = not stage.gate.approval_required or (target, name) in inp.approvals
     if not approved and not view.on_commit:
         # Approval comes before adoption: nothing of the commit reaches these pools yet.
         return superseded + _await_rollout_approval(stage, target, inp, record)

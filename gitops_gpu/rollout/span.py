@@ -18,7 +18,7 @@ pools sit in one cluster is recorded exactly as in a single-cluster fleet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from gitops_gpu.fleet.compiled import StageSpec
@@ -122,3 +122,17 @@ def _derive_one(
         return SUCCESS, f"{name}: passed in clusters {', '.join(clusters)}"
     cluster, stopped = next((c, p) for c, p in parts.items() if p is not None and p.state == ERROR)
     return ERROR, f"{name}: cluster {cluster}: {stopped.description.removeprefix(f'{name}: ')}"
+
+
+def own_contexts(
+    stages: Sequence[StageSpec], cluster: str | None, pool_clusters: Mapping[str, str]
+) -> Callable[[str], bool]:
+    """Whether a context is one this controller's gate writes (its stages, or its parts of
+    spanning ones): the verdicts its ledger vouches for. A spanning stage's own context is
+    derived from the parts, by any controller: not one of them."""
+    if cluster is None:
+        mine = {stage_context(s.name) for s in stages}
+    else:
+        parts = (local_part(s, cluster, pool_clusters) for s in stages)
+        mine = {part_context(p) for p in parts if p is not None}
+    return mine.__contains__

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -71,6 +71,10 @@ class CommitStatus:
     target_url: str = ""
     # Seconds since the epoch; set by whoever created it (the backend's clock for HTTP APIs).
     created_at: float = 0.0
+    # ``gg1.<key>.<ms>.<signature>`` (rollout/seal.py): who wrote it, as only a key holder can.
+    seal: str = ""
+    # The forge account that posted it, as the forge's API reports it ("" on git notes).
+    creator: str = ""
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -81,7 +85,8 @@ class CommitStatus:
             object.__setattr__(self, "description", fit_description(self.description))
 
     def same_as(self, other: CommitStatus) -> bool:
-        """Identical for idempotence: everything but the creation time."""
+        """Identical for idempotence: everything but the creation time and the seal (which
+        vouches for the rest; set_status compares against trusted statuses only)."""
         return (self.sha, self.context, self.state, self.description, self.target_url) == (
             other.sha,
             other.context,
@@ -118,6 +123,9 @@ class StatusBackend(abc.ABC):
     """Where commit statuses are kept. Subclasses implement ``list_statuses`` and ``_write``."""
 
     name: str = "backend"
+    # Which statuses count when deciding whether a write is redundant: the controller sets it
+    # to "sealed by a trusted key", so a forged verdict cannot stop it writing its own.
+    trust: Callable[[CommitStatus], bool] | None = None
 
     def refresh(self) -> None:  # noqa: B027 - optional hook, most backends read live
         """Bring the local view of the record up to date; called once per controller pass."""
@@ -129,10 +137,15 @@ class StatusBackend(abc.ABC):
     def latest(self, sha: str, context: str) -> CommitStatus | None:
         return latest_of(self.list_statuses(sha), context)
 
+    def latest_trusted(self, entries: Iterable[CommitStatus], context: str) -> CommitStatus | None:
+        trust = self.trust
+        return latest_of((s for s in entries if trust is None or trust(s)), context)
+
     def set_status(self, status: CommitStatus) -> bool:
         """Write unless identical to the latest or pending over a verdict; True when written.
         Every backend writes through here: they differ only in ``_write``."""
-        if not should_write(self.latest(status.sha, status.context), status):
+        latest = self.latest_trusted(self.list_statuses(status.sha), status.context)
+        if not should_write(latest, status):
             return False
         return self._write(status)
 

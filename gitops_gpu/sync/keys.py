@@ -7,7 +7,9 @@ one) or an SSH allowed-signers file (``principals [options] keytype base64-key``
 mounted volume's ``..data`` links live there).
 
 Loading builds a keyring private to the process: a temporary GNUPGHOME holding only those
-OpenPGP keys, and one allowed-signers file concatenating the SSH ones. Anything wrong (no gpg or
+OpenPGP keys, and one allowed-signers file concatenating the SSH ones. It also records each
+OpenPGP key's (and subkey's) expiry and revocation: validity is judged at a time the caller
+chooses (when the commit was first seen), not at gpg's "now". Anything wrong (no gpg or
 ssh-keygen, an unreadable KEYS, a malformed key, no key at all) raises ``TrustConfigError``:
 verification is never quietly off.
 """
@@ -60,6 +62,8 @@ class KeySet:
     gnupghome: Path
     allowed_signers: Path
     openpgp: tuple[str, ...]  # primary key fingerprints, upper-case hex
+    expires: dict[str, int]  # OpenPGP key and subkey fingerprint -> expiry (epoch s), 0: never
+    revoked: frozenset[str]  # OpenPGP key and subkey fingerprints revoked
     ssh: tuple[str, ...]  # "principal SHA256:..." per allowed-signers entry
     tools: dict[str, str]  # name -> absolute path
 
@@ -154,6 +158,7 @@ def load(source: Path, tools: dict[str, str] | None = None) -> KeySet:
             raise TrustConfigError(f"--verify-signatures {source}: holds no key", fix=FIX)
         allowed = home / "allowed_signers"
         allowed.write_text("".join(f"{line}\n" for line in ssh_lines))
+        expires, revoked = _openpgp_dates(tools["gpg"], gnupghome, source) if openpgp else ({}, [])
         return KeySet(
             source=source,
             digest=digest_of(files),
@@ -161,6 +166,8 @@ def load(source: Path, tools: dict[str, str] | None = None) -> KeySet:
             gnupghome=gnupghome,
             allowed_signers=allowed,
             openpgp=tuple(sorted(set(openpgp))),
+            expires=expires,
+            revoked=frozenset(revoked),
             ssh=tuple(ssh),
             tools=tools,
         )
@@ -195,6 +202,39 @@ def _import_openpgp(gpg: str, gnupghome: Path, source: Path, name: str, data: by
             fix="export it with `gpg --armor --export FINGERPRINT` (docs/trust.md)",
         )
     return fprs
+
+
+def _openpgp_dates(gpg: str, gnupghome: Path, source: Path) -> tuple[dict[str, int], list[str]]:
+    """(expiry per key and subkey fingerprint, the revoked ones) as the keyring lists them."""
+    where = f"--verify-signatures {source}: gpg --list-keys failed"
+    try:
+        out = subprocess.run(
+            [gpg, "--batch", "--no-tty", "--with-colons", "--fixed-list-mode", "--list-keys"],
+            env=gpg_env(gnupghome),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TrustConfigError(f"{where}: {exc}", fix=FIX) from None
+    expires: dict[str, int] = {}
+    revoked: list[str] = []
+    key: list[str] = []  # the pub/sub record whose fpr record comes next
+    try:
+        for fields in (line.split(":") for line in out.stdout.splitlines()):
+            if fields[0] in ("pub", "sub"):
+                key = fields
+            elif fields[0] == "fpr" and key:
+                expires[fields[9]] = int(key[6] or 0)
+                if key[1] == "r":
+                    revoked.append(fields[9])
+                key = []
+    except (IndexError, ValueError):
+        raise TrustConfigError(f"{where}: unexpected output", fix=FIX) from None
+    if out.returncode != 0 or not expires:
+        raise TrustConfigError(f"{where}: {' '.join(out.stderr.split())[:200]}", fix=FIX)
+    return expires, revoked
 
 
 def _parse_allowed_signers(

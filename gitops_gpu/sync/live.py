@@ -4,7 +4,9 @@ An informer LISTs once (in pages, so 5,000 nodes never sit in memory whole) and 
 a watch, so a steady-state pass reads nodes from memory; a watch that expires (410 Gone) or
 breaks re-lists, which is the only other LIST. It keeps a projection of each object
 (:mod:`slim`), and an event whose projection is unchanged (a kubelet heartbeat) is not a
-change: ``version`` does not move, so passes reuse what they computed. Each change is also
+change: ``version`` does not move, so passes reuse what they computed. A cached NodeGPUReport
+also carries when the controller saw its content last change (``names.REPORT_SEEN_KEY``), so
+a report that stopped changing ages whatever its observedAt says. Each change is also
 logged by key (:class:`ChangeLog`), so a pass can ask which objects changed since the last one
 and redo only their work.
 """
@@ -17,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from gitops_gpu import kube, names
@@ -35,6 +38,13 @@ LogKey = Callable[[Obj], str | None]
 # arrive ~40 a second, and waking for each one cost more than handling it. A pass (every few
 # seconds) sees an event at most this much later.
 WATCH_COALESCE = 0.2
+# Kinds whose cached objects carry ``names.REPORT_SEEN_KEY``, the controller's time their content
+# last changed: a NodeGPUReport's age must not rest on the observedAt it claims alone.
+SEEN_KINDS = frozenset({names.NODE_GPU_REPORT_API[1]})
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -95,8 +105,11 @@ class Informer:
         watch_timeout: int = 300,
         log_by: LogKey | None = None,
         coalesce: float = WATCH_COALESCE,
+        clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.client = client
+        self._clock = clock
+        self._stamp = kind in SEEN_KINDS
         self.coalesce = coalesce
         self.api_version, self.kind, self.label_selector = api_version, kind, label_selector
         self.namespace = namespace
@@ -193,6 +206,15 @@ class Informer:
             cont = str(page["metadata"].get("continue") or "")
             if not cont:
                 break
+        if self._stamp:
+            # A re-list is no news of an object it finds unchanged: that keeps its stamp.
+            now = self._clock()
+            for name, obj in items.items():
+                old = self._items.get(name)  # only this thread writes _items
+                if old is not None and slim.same_facts(old, obj):
+                    obj[names.REPORT_SEEN_KEY] = old.get(names.REPORT_SEEN_KEY, now)
+                else:
+                    obj[names.REPORT_SEEN_KEY] = now
         self.lists += 1
         with self._lock:
             self._items = items
@@ -254,6 +276,8 @@ class Informer:
             elif old is not None and slim.same_facts(old, new):
                 return new_rv  # keeps the old resourceVersion: memos keyed on it stay valid
             else:
+                if self._stamp:  # a change, observedAt included: seen now
+                    new[names.REPORT_SEEN_KEY] = self._clock()
                 self._items[name] = new
             self.version += 1
             self.changes += 1

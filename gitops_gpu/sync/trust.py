@@ -1,13 +1,19 @@
 """Only trusted commits reach the cluster: commit and tag signature verification.
 
-``Verifier(KEYS, mode).verify(repo, sha)`` judges a commit with git's own verification
-(``git verify-commit --raw`` / ``git verify-tag --raw``: gpg against a keyring private to the
-process, ssh-keygen against ``gpg.ssh.allowedSignersFile``) and returns a ``Verdict``: trusted or
-not, and one line saying why. Modes, as Flux names them:
+``Verifier(KEYS, mode).verify(repo, sha, at=first_seen)`` judges a commit and returns a
+``Verdict``: trusted or not, and one line saying why. The signed payload and its signature are
+split out of the commit (or tag) object as git does it, then checked by gpg against a keyring
+private to the process or by ``ssh-keygen -Y`` against KEYS' allowed-signers. Modes, as Flux
+names them:
 
 - ``head``: the commit itself is signed by a trusted key;
 - ``tag``: an annotated tag pointing at the commit is signed by a trusted key;
 - ``tag-and-head``: both.
+
+Key validity (allowed-signers ``valid-after``/``valid-before``, OpenPGP expiry) is judged at
+``at``, the time the caller first saw the commit (None: now), never at a date the signer wrote
+(committer date, signature time): those are the signer's to choose. A revoked OpenPGP key is
+refused whenever it was revoked.
 
 A check that errors (gpg crashed, timed out, an unknown signature format) is a failure for that
 commit, never a pass (and is not cached: the next check runs it again). A commit that is not
@@ -15,7 +21,8 @@ in the repository raises ``SourceError``: that is no verdict at all. KEYS is re-
 names and contents hashed) on every call, so a key added or removed counts from the next check
 on; a KEYS that became malformed raises
 ``TrustConfigError`` instead of verifying with stale keys. Verdicts are cached by commit, KEYS
-digest and (tag modes) the tags pointing at the commit.
+digest, (tag modes) the tags pointing at the commit, and ``at``; ``at=None`` is judged afresh
+on every call (now moves on).
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import os
 import re
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -51,6 +60,10 @@ CACHE_MAX = 4096
 _STATUS = re.compile(r"^\[GNUPG:\] (\S+)(?: (.*))?$", re.MULTILINE)
 _SSH_GOOD = re.compile(r'^Good "git" signature for (\S+) with (\S+) key (\S+)$', re.MULTILINE)
 _SSH_ANY = re.compile(r'^Good "git" signature with (\S+) key (\S+)$', re.MULTILINE)
+# A tag's signature starts at the last line opening one of these (git's parse_signature).
+_TAG_SIG = re.compile(
+    rb"^-----BEGIN (PGP SIGNATURE|PGP MESSAGE|SIGNED MESSAGE|SSH SIGNATURE)-----", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ class Verifier:
         self._lock = threading.RLock()
         self._tools = keys.find_tools()
         self.keys: KeySet = keys.load(self.source, self._tools)
-        self._cache: dict[tuple[str, str, str, tuple[str, ...]], Verdict] = {}
+        self._cache: dict[tuple[str, str, str, tuple[str, ...], datetime | None], Verdict] = {}
         self._present: set[tuple[str, str]] = set()  # commits known to be in the repo
         self.checks = 0  # signature checks run (cache misses), for tests and benchmarks
         log.info("verifying signatures (mode %s) with %s", mode, self.keys.describe())
@@ -107,27 +120,29 @@ class Verifier:
             return True
 
     # -- verdicts -------------------------------------------------------------------------------
-    def verify(self, repo: str | os.PathLike[str], sha: str) -> Verdict:
-        """The verdict on commit ``sha`` of the git repository at ``repo`` (bare or not)."""
+    def verify(self, repo: str | os.PathLike[str], sha: str, at: datetime | None = None) -> Verdict:
+        """The verdict on commit ``sha`` of the git repository at ``repo`` (bare or not), with
+        key validity judged at ``at`` (an aware datetime: when the commit was first seen;
+        None: now)."""
         with self._lock:
             self.refresh()
             where = os.fspath(repo)
             tags = self._tags(where, sha) if self.mode != "head" else ()
-            key = (where, sha, self.keys.digest, tags)
-            cached = self._cache.get(key)
+            key = (where, sha, self.keys.digest, tags, at)
+            cached = self._cache.get(key) if at is not None else None
             if cached is not None:
                 return cached
             self.checks += 1
-            verdict = self._judge(where, sha, tags)
-            if verdict.kind == "error":
-                return verdict  # a failure now; checked again next time (it may be transient)
+            verdict = self._judge(where, sha, tags, time.time() if at is None else at.timestamp())
+            if verdict.kind == "error" or at is None:
+                return verdict  # an error may be transient; "now" is later on the next call
             if len(self._cache) >= CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = verdict
             return verdict
 
-    def _judge(self, repo: str, sha: str, tags: tuple[str, ...]) -> Verdict:
-        head = self._commit(repo, sha) if self.mode != "tag" else None
+    def _judge(self, repo: str, sha: str, tags: tuple[str, ...], at: float) -> Verdict:
+        head = self._commit(repo, sha, at) if self.mode != "tag" else None
         if head is not None and not head.trusted:
             return head
         if self.mode == "head":
@@ -135,7 +150,7 @@ class Verifier:
             return head
         if not tags:
             return untrusted("no_signed_tag", "no annotated tag points at it")
-        verdicts = [(tag, self._tag(repo, tag)) for tag in tags]
+        verdicts = [(tag, self._tag(repo, tag, at)) for tag in tags]
         good = next(((t, v) for t, v in verdicts if v.trusted), None)
         if good is None:
             tag, first = verdicts[0]
@@ -143,26 +158,22 @@ class Verifier:
         tag_reason = f"tag {good[0]} {good[1].reason}"
         return Verdict(True, f"{head.reason}; {tag_reason}" if head else tag_reason)
 
-    def _commit(self, repo: str, sha: str) -> Verdict:
+    def _commit(self, repo: str, sha: str, at: float) -> Verdict:
         raw = self._git(repo, "cat-file", "commit", sha)
         if raw.returncode != 0:
             # Not a verdict on the commit: it is not (yet) in this repository.
             raise SourceError(
-                f"commit {sha[:12]} is not in {repo}: {_line(raw.stderr)}",
+                f"commit {sha[:12]} is not in {repo}: {_line(raw.stderr.decode(errors='replace'))}",
                 fix="fetch first; nothing can be said about a commit that is not there",
             )
-        header = raw.stdout.split("\n\n", 1)[0]
-        if not re.search(r"^gpgsig(-sha256)? ", header, re.MULTILINE):
-            return untrusted("unsigned", "unsigned")
-        return self._check(repo, "verify-commit", sha, header)
+        return self._check(*split_commit(raw.stdout), at)
 
-    def _tag(self, repo: str, tag: str) -> Verdict:
+    def _tag(self, repo: str, tag: str, at: float) -> Verdict:
         raw = self._git(repo, "cat-file", "tag", f"refs/tags/{tag}")
         if raw.returncode != 0:
-            return untrusted("error", f"signature check failed: {_line(raw.stderr)}")
-        if "-----BEGIN " not in raw.stdout:
-            return untrusted("unsigned", "unsigned")
-        return self._check(repo, "verify-tag", f"refs/tags/{tag}", raw.stdout)
+            error = _line(raw.stderr.decode(errors="replace"))
+            return untrusted("error", f"signature check failed: {error}")
+        return self._check(*split_tag(raw.stdout), at)
 
     def _tags(self, repo: str, sha: str) -> tuple[str, ...]:
         """Annotated tags whose object is ``sha`` itself (a tag of a tag does not count)."""
@@ -177,84 +188,140 @@ class Verifier:
             out = self._git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
         if out.returncode != 0:
             raise SourceError(
-                f"commit {sha[:12]} is not in {repo}: {_line(out.stderr)}",
+                f"commit {sha[:12]} is not in {repo}: {_line(out.stderr.decode(errors='replace'))}",
                 fix="fetch first; nothing can be said about a commit that is not there",
             )
         if len(self._present) >= CACHE_MAX:
             self._present.clear()
         self._present.add((repo, sha))
         tags = []
-        for line in out.stdout.splitlines():
+        for line in out.stdout.decode(errors="replace").splitlines():
             otype, target, name = [*line.split(" ", 2), "", ""][:3]
             if otype == "tag" and target == sha:
                 tags.append(name.removeprefix("refs/tags/"))
         return tuple(sorted(tags))
 
-    def _check(self, repo: str, verb: str, obj: str, signed: str) -> Verdict:
+    def _check(self, payload: bytes, signature: bytes, at: float) -> Verdict:
+        if not signature:
+            return untrusted("unsigned", "unsigned")
+        is_ssh = signature.startswith(b"-----BEGIN SSH SIGNATURE-----")
+        if not is_ssh and not signature.startswith(b"-----BEGIN PGP "):
+            return untrusted("error", "signature check failed: not an OpenPGP or SSH signature")
+        sigfile = self.keys.home / "signature"  # one check at a time: under self._lock
         try:
-            out = self._git(repo, verb, "--raw", obj)
-        except subprocess.TimeoutExpired:
-            return untrusted("error", f"signature check failed: git {verb} timed out")
-        text = out.stderr + out.stdout
-        if "-----BEGIN SSH SIGNATURE-----" in signed:
-            return _ssh_verdict(out.returncode, text)
-        if "-----BEGIN PGP SIGNATURE-----" in signed:
-            return _gpg_verdict(out.returncode, text, self.keys.openpgp)
-        return untrusted("error", "signature check failed: not an OpenPGP or SSH signature")
+            sigfile.write_bytes(signature)
+            return self._ssh(payload, sigfile, at) if is_ssh else self._gpg(payload, sigfile, at)
+        except subprocess.TimeoutExpired as exc:
+            tool = os.path.basename(exc.cmd[0])
+            return untrusted("error", f"signature check failed: {tool} timed out")
+        except OSError as exc:
+            return untrusted("error", f"signature check failed: {exc}")
+        finally:
+            sigfile.unlink(missing_ok=True)
 
-    def _git(self, repo: str, *args: str) -> subprocess.CompletedProcess[str]:
-        # Only our keyring and programs count: no user or system git config, and the repo's own
-        # gpg settings overridden on the command line.
-        env = {
-            **keys.gpg_env(self.keys.gnupghome),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-        }
-        tools = self.keys.tools
-        cmd = [
-            tools["git"],
-            "-C",
-            repo,
-            "-c",
-            f"gpg.program={tools['gpg']}",
-            "-c",
-            f"gpg.openpgp.program={tools['gpg']}",
-            "-c",
-            f"gpg.ssh.program={tools['ssh-keygen']}",
-            "-c",
-            f"gpg.ssh.allowedSignersFile={self.keys.allowed_signers}",
-            "-c",
-            "gpg.ssh.revocationFile=",
-            "-c",
-            "gpg.minTrustLevel=undefined",
-            *args,
-        ]
-        return subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=keys.TIMEOUT, check=False
+    def _gpg(self, payload: bytes, sigfile: Path, at: float) -> Verdict:
+        # gpg judges expiry at its own "now": _gpg_verdict re-judges it at `at`.
+        cmd = [self.keys.tools["gpg"], "--batch", "--no-tty", "--status-fd", "1"]
+        out = self._run([*cmd, "--verify", str(sigfile), "-"], payload)
+        return _gpg_verdict(out.returncode, out.stdout + out.stderr, self.keys, at)
+
+    def _ssh(self, payload: bytes, sigfile: Path, at: float) -> Verdict:
+        # ssh-keygen's own verify-time, not git's (the committer date, the signer's to write).
+        when = time.strftime("-Overify-time=%Y%m%d%H%M%SZ", time.gmtime(at))
+        tool, sig, allowed = self.keys.tools["ssh-keygen"], str(sigfile), self.keys.allowed_signers
+        find = self._run([tool, "-Y", "find-principals", "-f", str(allowed), "-s", sig, when])
+        failed = find.stderr
+        for principal in find.stdout.splitlines() if find.returncode == 0 else []:
+            args = ["-f", str(allowed), "-I", principal, "-n", "git", "-s", sig, when]
+            out = self._run([tool, "-Y", "verify", *args], payload)
+            good = _SSH_GOOD.search(out.stdout)
+            if out.returncode == 0 and good:
+                who, algo, fp = good.groups()
+                return Verdict(True, f"signed by {who} (SSH {algo} {fp})")
+            failed += out.stdout + out.stderr
+        anyone = self._run([tool, "-Y", "check-novalidate", "-n", "git", "-s", sig], payload)
+        return _ssh_failure(failed, anyone.stdout + anyone.stderr)
+
+    def _run(self, cmd: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            cmd,
+            input=stdin,
+            env=keys.gpg_env(self.keys.gnupghome),
+            capture_output=True,
+            timeout=keys.TIMEOUT,
+            check=False,
         )
+        return subprocess.CompletedProcess(
+            cmd,
+            out.returncode,
+            out.stdout.decode(errors="replace"),
+            out.stderr.decode(errors="replace"),
+        )
+
+    def _git(self, repo: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+        # Bytes: a signed payload must reach the checker exactly as stored. No user or system
+        # git config either.
+        env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+        return subprocess.run(
+            [self.keys.tools["git"], "-C", repo, *args],
+            env=env,
+            capture_output=True,
+            timeout=keys.TIMEOUT,
+            check=False,
+        )
+
+
+def split_commit(raw: bytes) -> tuple[bytes, bytes]:
+    """(payload, signature) of a commit object as git splits them: the object without its
+    ``gpgsig*`` headers (continuation lines included), and the signature of the repository's
+    own hash algorithm (``gpgsig``, or ``gpgsig-sha256`` where ``tree`` is a SHA-256 id);
+    an empty signature when unsigned."""
+    head, blank, body = raw.partition(b"\n\n")
+    tree = head.split(b"\n", 1)[0].removeprefix(b"tree ")
+    own = b"gpgsig-sha256 " if len(tree) == 64 else b"gpgsig "
+    payload: list[bytes] = []
+    signature: list[bytes] = []
+    within = ""  # "own" or "other": the gpgsig header whose continuation lines (" ...") follow
+    for line in head.split(b"\n"):
+        if within and line.startswith(b" "):
+            if within == "own":
+                signature.append(line[1:])
+            continue
+        within = "own" if line.startswith(own) else "other" if line.startswith(b"gpgsig") else ""
+        if within == "own":
+            signature.append(line[len(own) :])
+        elif not within:
+            payload.append(line)
+    sig = b"\n".join(signature) + b"\n" if signature else b""
+    return b"\n".join(payload) + blank + body, sig
+
+
+def split_tag(raw: bytes) -> tuple[bytes, bytes]:
+    """(payload, signature) of a tag object: the signature is its trailing armored block."""
+    starts = [m.start() for m in _TAG_SIG.finditer(raw)]
+    return (raw[: starts[-1]], raw[starts[-1] :]) if starts else (raw, b"")
 
 
 def _line(text: str) -> str:
     return " ".join(text.split())[:160] or "no output"
 
 
-def _gpg_verdict(rc: int, text: str, trusted_fprs: tuple[str, ...]) -> Verdict:
+def _gpg_verdict(rc: int, text: str, keyset: KeySet, at: float) -> Verdict:
     status: dict[str, str] = {}
     for name, rest in _STATUS.findall(text):
         status.setdefault(name, rest or "")
     valid = status.get("VALIDSIG", "").split()
-    fpr = valid[-1] if valid else ""  # the primary key's fingerprint
+    signing, fpr = (valid[0], valid[-1]) if valid else ("", "")  # signing (sub)key, primary
     if "BADSIG" in status:
         keyid = status["BADSIG"].split()[0]
         return untrusted(
             "bad_signature",
             f"signature check failed: bad signature by key {keyid} (altered after signing)",
         )
-    if "REVKEYSIG" in status:
-        return untrusted("revoked_key", f"signature by a revoked key {fpr or status['REVKEYSIG']}")
-    if "EXPKEYSIG" in status:
-        return untrusted("expired_key", f"signature by an expired key {fpr or status['EXPKEYSIG']}")
-    if "EXPSIG" in status:
+    if "REVKEYSIG" in status or {signing, fpr} & keyset.revoked:
+        who = fpr or status["REVKEYSIG"]
+        return untrusted("revoked_key", f"signature by a revoked key {who}")
+    if "EXPSIG" in status:  # the signature's own expiry: the signer's limit, kept at now
         return untrusted("expired_key", f"expired signature by key {fpr or status['EXPSIG']}")
     if "ERRSIG" in status:
         fields = status["ERRSIG"].split()
@@ -263,27 +330,35 @@ def _gpg_verdict(rc: int, text: str, trusted_fprs: tuple[str, ...]) -> Verdict:
         if len(fields) > 5 and fields[5] == "9":
             return untrusted("unknown_key", f"signed by an unknown key {who}")
         return untrusted("error", f"signature check failed: gpg error {fields[5:6]} for key {who}")
-    if rc == 0 and "GOODSIG" in status and fpr:
-        if fpr not in trusted_fprs:  # cannot happen with a private keyring; belt and braces
-            return untrusted("unknown_key", f"signed by an unknown key {fpr}")
-        signer = status["GOODSIG"].split(" ", 1)[-1]
-        return Verdict(True, f"signed by {signer} (OpenPGP {fpr})")
-    return untrusted("error", f"signature check failed: {_line(text)}")
+    good = status.get("GOODSIG", status.get("EXPKEYSIG"))  # EXPKEYSIG: expired by gpg's now
+    if rc != 0 or good is None or not fpr:
+        return untrusted("error", f"signature check failed: {_line(text)}")
+    if fpr not in keyset.openpgp:  # cannot happen with a private keyring; belt and braces
+        return untrusted("unknown_key", f"signed by an unknown key {fpr}")
+    if signing not in keyset.expires or fpr not in keyset.expires:
+        return untrusted("error", f"signature check failed: no expiry known for key {signing}")
+    if any(0 < keyset.expires[f] <= at for f in (signing, fpr)):
+        return untrusted("expired_key", f"signature by an expired key {fpr}")
+    signer = good.split(" ", 1)[-1]
+    return Verdict(True, f"signed by {signer} (OpenPGP {fpr})")
 
 
-def _ssh_verdict(rc: int, text: str) -> Verdict:
-    good = _SSH_GOOD.search(text)
-    if rc == 0 and good:
-        principal, algo, fp = good.groups()
-        return Verdict(True, f"signed by {principal} (SSH {algo} {fp})")
-    anyone = _SSH_ANY.search(text)
-    if anyone and "key has expired" in text:  # allowed-signers valid-before in the past
-        return untrusted("expired_key", f"signature by an expired key {anyone.group(2)}")
-    if anyone and "No principal matched" in text:
-        return untrusted("unknown_key", f"signed by an unknown key {anyone.group(2)}")
-    if "incorrect signature" in text or "verification failed" in text.lower():
-        return untrusted("bad_signature", f"signature check failed: {_line(text)}")
-    return untrusted("error", f"signature check failed: {_line(text)}")
+def _ssh_failure(failed: str, anyone: str) -> Verdict:
+    """Why no allowed-signers entry vouched: ``failed`` is what find-principals and verify said,
+    ``anyone`` what check-novalidate (the signature on its own, no key trusted) said."""
+    good = _SSH_ANY.search(anyone)
+    if good is None:
+        if "incorrect signature" in anyone or "verification failed" in anyone.lower():
+            return untrusted("bad_signature", f"signature check failed: {_line(anyone)}")
+        return untrusted("error", f"signature check failed: {_line(anyone)}")
+    fp = good.group(2)
+    if "key has expired" in failed:  # allowed-signers valid-before passed at `at`
+        return untrusted("expired_key", f"signature by an expired key {fp}")
+    if "key is not yet valid" in failed:  # allowed-signers valid-after still ahead at `at`
+        return untrusted("expired_key", f"signature by a key not yet valid {fp}")
+    if "No principal matched" in failed:
+        return untrusted("unknown_key", f"signed by an unknown key {fp}")
+    return untrusted("error", f"signature check failed: {_line(failed)}")
 
 
-__all__ = ["MODES", "Mode", "TrustConfigError", "Verdict", "Verifier"]
+__all__ = ["MODES", "Mode", "TrustConfigError", "Verdict", "Verifier", "split_commit", "split_tag"]

@@ -37,7 +37,7 @@ def run_until(ctl: Controller, what: str, done: Callable[[], bool], timeout: flo
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
         report = ctl.run_pass()
         passes += 1
-        assert report.result == "ok", report.error
+        assert report.result in ("ok", "held"), report.error  # held: a force-push, on purpose
         time.sleep(0.2)
     return passes
 
@@ -125,10 +125,15 @@ def test_only_trusted_commits_reach_the_cluster(
         assert _count(ctl, "unsigned") == 2 and _count(ctl, "unknown_key") == 1  # + initial
         assert _count(ctl, "expired_key") == 1 and _count(ctl, "bad_signature") == 1
 
-        # The next trusted commit (SSH-signed) rolls forward as usual.
+        # The next trusted commit (SSH-signed) rolls forward once a person accepts the
+        # force-pushed history (every case above replaced the last).
         git(work, "reset", "-q", "--hard", first)
         bump = signers.commit(work, "bump (bob, ssh)", bob_key, set_driver("580.142.01"))
         assert main(["check", str(work), "--verify-signatures", str(keys)]) == 0
+        report = ctl.run_pass()
+        assert report.result == "held" and "not a descendant" in report.held, report
+        accept = ["accept-history", bump, "--repo", env.remote.url]
+        assert main([*accept, "--kubeconfig", env.tb.kubeconfig]) == 0
         capsys.readouterr()
         run_until(ctl, "the trusted bump rolls out", lambda: _all_success(env, bump))
 

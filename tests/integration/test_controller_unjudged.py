@@ -71,7 +71,7 @@ class _NoneTrusted:
 
     mode = "head"
 
-    def verify(self, _repo: object, _sha: str) -> Verdict:
+    def verify(self, _repo: object, _sha: str, at: object = None) -> Verdict:
         return untrusted("unsigned", "unsigned")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ def test_controller_passes_survive_every_hostile_commit(
             git(fleet_remote.work, "reset", "-q", "--hard", good)
             git(fleet_remote.work, "clean", "-qfdx")
             sha = fleet_remote.commit(case.name, case.edit)
+            # Each case replaces the last (a force-push): a person accepts that history.
+            ctl.ledger.accept(sha, "test", time.time())
             report = ctl.run_pass()
             assert report.result == "ok", (case.name, report.error)
             verdict = ctl.checked(sha)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gitops_gpu import names
 from gitops_gpu.agent import fake_nvml, report
 from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
@@ -202,3 +203,10 @@ def edit(
 def with_status(ev: NodeEvidence, status: dict[str, Any] | None) -> NodeEvidence:
     rep = None if status is None else {"metadata": {"name": ev.name}, "status": status}
     return edit(ev, report=rep)
+
+
+def with_seen(ev: NodeEvidence, age: float) -> NodeEvidence:
+    """The report as the controller's cache keeps it: its content last seen changing ``age``
+    seconds before NOW (sync/live.py)."""
+    assert ev.report is not None
+    return edit(ev, report={**ev.report, names.REPORT_SEEN_KEY: NOW - timedelta(seconds=age)})

@@ -1,8 +1,9 @@
-"""NVML drift for `plan`: driver version, MIG mode, GPU count, missing and stale reports."""
+"""NVML drift for `plan`: driver version, MIG mode, GPU count, missing, stale and untrusted
+reports."""
 
 from __future__ import annotations
 
-from components_builders import edit, healthy, pool, status_for, with_status
+from components_builders import edit, healthy, pool, status_for, with_seen, with_status
 
 from gitops_gpu.components import drift
 
@@ -53,6 +54,13 @@ def test_missing_stale_and_unreadable_reports() -> None:
     assert fields(stale) == [("report", "at most 300s old", "1000s old")]
     down = with_status(healthy(), status_for("gpu-1", nvml_error="DriverNotLoaded"))
     assert fields(down) == [("nvml", "NVML readable", "unavailable")]
+
+
+def test_reports_dated_ahead_or_long_unchanged_are_drift() -> None:
+    ahead = with_status(healthy(), status_for("gpu-1", age=-3600))
+    assert fields(ahead) == [("report", "at most 30s ahead", "3600s ahead (untrusted)")]
+    stopped = with_seen(with_status(healthy(), status_for("gpu-1", age=10)), 400)
+    assert fields(stopped) == [("report", "at most 300s old", "400s old")]
 
 
 def test_fleet_drift_uses_evidence_by_pool() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from components_builders import DRIVER, NOW, edit, healthy, node_obj, pool, status_for
@@ -316,7 +316,8 @@ def test_executor_plans_only_the_pools_the_read_did_not() -> None:
     executor = Executor(
         none,
         engine=cast(Any, fake),
-        backend=none,
+        record=none,
+        ledger=none,
         verdicts=none,
         operands=none,
         smoke=none,
@@ -571,15 +572,27 @@ def test_pod_changes_are_logged_by_the_nodes_they_left_and_joined() -> None:
     assert pods.change_log().since(mid) == {"gpu-1", "x"}
 
 
-class _Logged:
-    """Nodes, reports and pods informers (real, fed by hand) and a pass's snapshot of them."""
+class _Clock:
+    """The report informer's clock: ``at`` seconds after NOW."""
 
-    def __init__(self, names_: Sequence[str]) -> None:
-        self.nodes, self.reports = _informer(), _informer("NodeGPUReport")
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def __call__(self) -> datetime:
+        return NOW + timedelta(seconds=self.at)
+
+
+class _Logged:
+    """Nodes, reports and pods informers (real, fed by hand) and a pass's snapshot of them;
+    the reports are observed ``age`` seconds before NOW and seen at ``clock`` (NOW, settable)."""
+
+    def __init__(self, names_: Sequence[str], *, age: float = 30) -> None:
+        self.clock = _Clock()
+        self.nodes, self.reports = _informer(), _informer("NodeGPUReport", clock=self.clock)
         self.pods = _informer("Pod", log_by=live.pod_node)
         for i, name in enumerate(names_):
             _event(self.nodes, node(healthy(name), rv=str(i)), "ADDED")
-            _event(self.reports, _beat(name, age=30, rv=str(i)), "ADDED")
+            _event(self.reports, _beat(name, age=age, rv=str(i)), "ADDED")
 
     def snap(self, seconds: float = 0, *, with_driver: bool = True) -> PassSnapshot:
         logs = (self.nodes.change_log(), self.reports.change_log(), self.pods.change_log())
@@ -641,3 +654,53 @@ def test_a_pool_left_out_of_a_pass_is_judged_afresh_when_it_returns() -> None:
     obs.judge(fleet_.snap(6, with_driver=False), NEWEST)  # the change falls in a skipped pass
     back = obs.judge(fleet_.snap(10), NEWEST)[1]["train"]
     assert back.health is Health.DEGRADED, back.reason
+
+
+# --- a report cannot keep itself fresh (components/signals.py report_window) ----------------
+
+
+def test_a_report_that_stopped_changing_goes_stale_from_when_it_was_seen(monkeypatch: Any) -> None:
+    """observedAt 25 s ahead (within the skew): the report would be fresh until 325 s, but the
+    controller saw it change at 0 and at 200 only, so it is stale after 200 + 300 s; a heartbeat
+    keeps the verdict (no walk) and its validity ends there too."""
+    walked = _walks(monkeypatch)
+    fleet_ = _Logged(["gpu-1"], age=-25)
+    obs = Observer()
+    assert obs.judge(fleet_.snap(), NEWEST)[1]["train"].health is Health.HEALTHY
+    fleet_.clock.at = 200
+    _event(fleet_.reports, _beat("gpu-1", age=-225, rv="9"))  # a heartbeat, 25 s ahead again
+    assert obs.judge(fleet_.snap(200), NEWEST)[1]["train"].health is Health.HEALTHY
+    assert obs.judge(fleet_.snap(490), NEWEST)[1]["train"].health is Health.HEALTHY
+    assert walked == ["gpu-1"]
+    stale = obs.judge(fleet_.snap(501), NEWEST)[1]["train"]
+    assert stale.health is Health.UNKNOWN
+    assert stale.first_failure == "driver: NodeGPUReport is stale: 301s old (limit 300s)"
+    assert walked == ["gpu-1", "gpu-1"]
+
+
+def test_a_heartbeat_that_dates_the_report_ahead_is_judged_again(monkeypatch: Any) -> None:
+    walked = _walks(monkeypatch)
+    fleet_ = _Logged(["gpu-1"])
+    obs = Observer()
+    assert obs.judge(fleet_.snap(), NEWEST)[1]["train"].health is Health.HEALTHY
+    year = 365 * 24 * 3600
+    _event(fleet_.reports, _beat("gpu-1", age=-year, rv="9"))  # only observedAt moved
+    ahead = obs.judge(fleet_.snap(5), NEWEST)[1]["train"]
+    assert ahead.health is Health.UNKNOWN and len(walked) == 2
+    assert ahead.first_failure == (
+        "driver: NodeGPUReport observedAt 2027-11-29T12:00:00Z is 31535995s ahead of the "
+        "controller's clock (max skew 30s): untrusted"
+    )
+
+
+def test_an_untrusted_verdict_ends_when_the_report_comes_within_the_skew(
+    monkeypatch: Any,
+) -> None:
+    walked = _walks(monkeypatch)
+    fleet_ = _Logged(["gpu-1"], age=-60)  # 60 s ahead: trusted from 30 s on
+    obs = Observer()
+    assert obs.judge(fleet_.snap(), NEWEST)[1]["train"].health is Health.UNKNOWN
+    assert obs.judge(fleet_.snap(29), NEWEST)[1]["train"].health is Health.UNKNOWN
+    assert len(walked) == 1
+    assert obs.judge(fleet_.snap(30), NEWEST)[1]["train"].health is Health.HEALTHY
+    assert len(walked) == 2

@@ -1,12 +1,14 @@
-"""Informer projections: what a cached Node or Pod keeps, and heartbeats that change nothing."""
+"""Informer projections: what a cached Node or Pod keeps, heartbeats that change nothing, and
+when a cached report was seen changing."""
 
 from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from gitops_gpu import kube
+from gitops_gpu import kube, names
 from gitops_gpu.components import evidence
 from gitops_gpu.sync import operands, slim
 from gitops_gpu.sync.live import Informer, node_ready
@@ -166,3 +168,67 @@ def test_the_cluster_policy_keeps_who_wrote_it_and_when() -> None:
         {"manager": "gpu-operator", "operation": "Update", "time": "2026-12-01T10:00:05Z"},
     ]
     assert operands.applied_at(out, "gitops-gpu") == operands.applied_at(cp, "gitops-gpu")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def tick(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+class _Lister:
+    """Answers the informer's LIST with ``items`` (one page)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def list(self, *_: Any, **__: Any) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": "99"}, "items": copy.deepcopy(self.items)}
+
+
+def _gpu_report(rv: str, observed: str, driver: str = "580.126.20") -> dict[str, Any]:
+    status = {"observedAt": observed, "heartbeatSeconds": 120, "driverVersion": driver}
+    return {"metadata": {"name": "n1", "resourceVersion": rv}, "status": status}
+
+
+def test_a_report_carries_when_the_controller_saw_its_content_change() -> None:
+    """The report informer stamps each cached report with its clock when the content changes
+    (observedAt included); an event that changes nothing, or a re-list that finds the report
+    as it was, keeps the stamp, so a report that stopped changing ages."""
+    clock, lister = _Clock(), _Lister()
+    inf = Informer(
+        cast(kube.Client, lister), "gitops-gpu.io/v1alpha1", "NodeGPUReport", clock=clock
+    )
+    seen = names.REPORT_SEEN_KEY
+
+    def apply(obj: dict[str, Any]) -> datetime:
+        inf._apply_event({"type": "MODIFIED", "object": copy.deepcopy(obj)}, "1")
+        stamp: datetime = inf._items["n1"][seen]
+        return stamp
+
+    first = clock()
+    assert apply(_gpu_report("1", "2026-12-01T00:00:00Z")) == first
+    clock.tick(60)
+    assert apply(_gpu_report("2", "2026-12-01T00:00:00Z")) == first  # same facts
+    beat = clock.tick(60)
+    assert apply(_gpu_report("3", "2026-12-01T00:02:00Z")) == beat  # observedAt moved
+    changed = clock.tick(60)
+    assert apply(_gpu_report("4", "2026-12-01T00:02:00Z", driver="1.2.3")) == changed
+    clock.tick(60)
+    lister.items = [_gpu_report("5", "2026-12-01T00:02:00Z", driver="1.2.3")]
+    inf._list()
+    assert inf._items["n1"][seen] == changed  # a re-list is no news of an unchanged report
+    relisted = clock.tick(60)
+    lister.items = [_gpu_report("6", "2026-12-01T00:05:00Z", driver="1.2.3")]
+    inf._list()
+    assert inf._items["n1"][seen] == relisted
+    # Other kinds carry no stamp.
+    nodes = Informer(cast(kube.Client, None), "v1", "Node", clock=clock)
+    nodes._apply_event({"type": "ADDED", "object": copy.deepcopy(NODE)}, "1")
+    assert seen not in nodes._items["n1"]

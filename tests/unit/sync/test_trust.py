@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from signers import Signers, git, write_keys
+from signers import YEAR, Signers, git, write_keys
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.sync.keys import TrustConfigError
-from gitops_gpu.sync.trust import Mode, Verifier
+from gitops_gpu.sync.trust import Mode, Verifier, split_commit, split_tag
+
+SEEN_2019 = datetime(2019, 6, 2, tzinfo=UTC)  # "first seen" for commits dated 2019
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +115,15 @@ def test_head_mode_verdicts(
 
 def test_revoked_key(tmp_path: Path, repo: Path, signers: Signers, keys: dict[str, str]) -> None:
     sha = signers.commit(repo, "signed before the key was revoked", keys["gone"])
+    seen = datetime.now(UTC)
     before = Verifier(write_keys(tmp_path / "K1", signers, openpgp={"gone": keys["gone"]}))
     assert before.verify(repo, sha).trusted
     (tmp_path / "K2").mkdir()
     (tmp_path / "K2" / "gone.asc").write_text(signers.revoke(keys["gone"]))
-    after = Verifier(tmp_path / "K2").verify(repo, sha)
-    assert (after.trusted, after.kind) == (False, "revoked_key")
-    assert after.reason == f"signature by a revoked key {keys['gone']}"
+    after = Verifier(tmp_path / "K2")
+    for verdict in (after.verify(repo, sha), after.verify(repo, sha, at=seen)):
+        assert (verdict.trusted, verdict.kind) == (False, "revoked_key")  # whenever first seen
+        assert verdict.reason == f"signature by a revoked key {keys['gone']}"
 
 
 @pytest.mark.parametrize("who", ["alice", "eve"])
@@ -188,13 +193,14 @@ def test_rotation_takes_effect_at_the_next_check(
 ) -> None:
     v = Verifier(keys_dir)
     sha = signers.commit(repo, "alice signs", keys["alice"])
-    assert v.verify(repo, sha).trusted
+    seen = datetime.now(UTC)
+    assert v.verify(repo, sha, at=seen).trusted
     (keys_dir / "alice.asc").unlink()  # alice leaves the team
-    assert v.verify(repo, sha).reason == f"signed by an unknown key {keys['alice']}"
+    assert v.verify(repo, sha, at=seen).reason == f"signed by an unknown key {keys['alice']}"
     (keys_dir / "alice.asc").write_text(signers.export(keys["alice"]))  # and comes back
-    assert v.verify(repo, sha).trusted
+    assert v.verify(repo, sha, at=seen).trusted
     checks = v.checks
-    assert v.verify(repo, sha).trusted and v.checks == checks  # cached while KEYS is unchanged
+    assert v.verify(repo, sha, at=seen).trusted and v.checks == checks  # cached: KEYS unchanged
     # A KEYS that turns malformed while running stops verification loudly (fail closed).
     (keys_dir / "broken.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\nnope\n")
     with pytest.raises(TrustConfigError, match=r"broken\.asc: not a valid OpenPGP public key"):
@@ -217,6 +223,118 @@ def test_the_repos_own_gpg_settings_are_ignored(
     sha = signers.commit(repo, "mallory", mallory)
     verdict = Verifier(keys_dir).verify(repo, sha)
     assert verdict.reason == f"signed by an unknown key {mallory}"
+
+
+# -- key validity is judged when the commit was first seen, never at the signer's dates --------
+def test_ssh_validity_is_judged_when_first_seen_not_at_the_commit_date(
+    tmp_path: Path, repo: Path, signers: Signers, ssh: dict[str, tuple[Path, str]]
+) -> None:
+    key, line = ssh["eve"]
+    (tmp_path / "SSH").mkdir()
+    allowed = tmp_path / "SSH" / "allowed_signers"
+    allowed.write_text(f'eve@example.com namespaces="git",valid-before="20200101" {line}\n')
+    v = Verifier(tmp_path / "SSH")
+    backdated = signers.commit(repo, "claims 2019", key, date="2019-06-01T12:00:00Z")
+    ended = v.verify(repo, backdated)  # the entry ended in 2020, whatever the commit claims
+    assert (ended.trusted, ended.kind) == (False, "expired_key")
+    assert ended.reason.startswith("signature by an expired key SHA256:")
+    assert v.verify(repo, backdated, at=SEEN_2019).trusted  # first seen while the entry held
+    allowed.write_text(f'eve@example.com namespaces="git",valid-after="20990101" {line}\n')
+    ahead = signers.commit(repo, "claims 2099", key, date="2099-06-01T12:00:00Z")
+    early = v.verify(repo, ahead)
+    assert (early.trusted, early.kind) == (False, "expired_key")
+    assert early.reason.startswith("signature by a key not yet valid SHA256:")
+    assert v.verify(repo, ahead, at=datetime(2099, 6, 2, tzinfo=UTC)).trusted
+
+
+def test_openpgp_expiry_is_judged_when_first_seen_and_cached_per_time(
+    repo: Path, keys_dir: Path, signers: Signers, keys: dict[str, str]
+) -> None:
+    """The "old" key was valid from two years ago for one year; it signed half a year in."""
+
+    def years_in(years: float) -> datetime:
+        return datetime.fromtimestamp(signers.old_time + years * YEAR, UTC)
+
+    sha = signers.commit(repo, "signed while the key was valid", keys["old"])
+    v = Verifier(keys_dir)
+    ok = v.verify(repo, sha, at=years_in(0.75))  # expired since, not when first seen
+    assert ok.trusted and ok.reason == f"signed by old <old@example.com> (OpenPGP {keys['old']})"
+    checks = v.checks
+    assert v.verify(repo, sha, at=years_in(0.75)).trusted and v.checks == checks  # every pass
+    late = v.verify(repo, sha, at=years_in(1.25))  # first seen after it expired
+    assert (late.trusted, late.kind) == (False, "expired_key")
+    assert late.reason == f"signature by an expired key {keys['old']}"
+    assert v.checks == checks + 1  # another time is judged anew, not the earlier verdict reused
+    assert v.verify(repo, sha).kind == "expired_key"  # at=None: now
+    assert v.verify(repo, sha).kind == "expired_key" and v.checks == checks + 3  # now moves on
+
+
+@pytest.mark.parametrize("who", ["alice", "eve"])
+def test_tag_validity_is_judged_when_first_seen(
+    who: str,
+    tmp_path: Path,
+    repo: Path,
+    signers: Signers,
+    keys: dict[str, str],
+    ssh: dict[str, tuple[Path, str]],
+) -> None:
+    keys_dir = write_keys(tmp_path / "K", signers, openpgp={"old": keys["old"]})
+    (keys_dir / "allowed_signers").write_text(
+        f'eve@example.com namespaces="git",valid-before="20200101" {ssh["eve"][1]}\n'
+    )
+    sha = signers.commit(repo, "release", None)
+    seen = SEEN_2019
+    if who == "alice":  # the expired OpenPGP key, first seen before it expired
+        seen = datetime.fromtimestamp(signers.old_time + 0.75 * YEAR, UTC)
+    signers.tag(repo, "v1", sha, keys["old"] if who == "alice" else ssh["eve"][0],
+                date="2019-06-01T12:00:00Z")  # fmt: skip
+    v = Verifier(keys_dir, "tag")
+    assert v.verify(repo, sha).reason.startswith("tag v1: signature by an expired key ")
+    assert v.verify(repo, sha, at=seen).trusted
+
+
+@pytest.mark.parametrize("who", ["alice", "eve"])
+def test_sha256_repository(
+    who: str,
+    tmp_path: Path,
+    keys_dir: Path,
+    signers: Signers,
+    keys: dict[str, str],
+    ssh: dict[str, tuple[Path, str]],
+) -> None:
+    work = tmp_path / "sha256"
+    subprocess.run(["git", "init", "-q", "--object-format=sha256", str(work)], check=True)
+    sha = signers.commit(work, "signed", keys["alice"] if who == "alice" else ssh["eve"][0],
+                         push=False)  # fmt: skip
+    assert "\ngpgsig-sha256 -----BEGIN" in git(work, "cat-file", "commit", sha)
+    assert Verifier(keys_dir).verify(work, sha).trusted
+    assert Verifier(keys_dir).verify(work, signers.tamper(work, sha, push=False)).kind == (
+        "bad_signature"
+    )
+
+
+def test_split_commit_and_tag_as_git_does() -> None:
+    head = b"parent 1\nauthor a 1 +0000\ncommitter c 1 +0000\n"
+    sigs = b"gpgsig -----BEGIN SSH SIGNATURE-----\n one\n -----END SSH SIGNATURE-----\n"
+    sigs += b"gpgsig-sha256 other\n two\n"
+    tail = b"mergetag object 2\n kept\n\nmessage\n\n gpgsig in the body\n"
+    sha1 = b"tree " + b"a" * 40 + b"\n"
+    payload = sha1 + head + tail
+    assert split_commit(sha1 + head + sigs + tail) == (
+        payload,
+        b"-----BEGIN SSH SIGNATURE-----\none\n-----END SSH SIGNATURE-----\n",
+    )
+    sha256 = b"tree " + b"b" * 64 + b"\n"
+    assert split_commit(sha256 + head + sigs + tail) == (sha256 + head + tail, b"other\ntwo\n")
+    assert split_commit(payload) == (payload, b"")
+    tag = b"object 1\ntype commit\ntag v1\ntagger t 1 +0000\n\n"
+    tag += b"quoting\n-----BEGIN PGP SIGNATURE-----\nin the message\n"
+    sig = b"-----BEGIN SSH SIGNATURE-----\nthree\n-----END SSH SIGNATURE-----\n"
+    assert split_tag(tag + sig) == (tag, sig)
+    assert split_tag(tag.replace(b"-----BEGIN", b"BEGIN")) == (
+        tag.replace(b"-----BEGIN", b"BEGIN"),
+        b"",
+    )
 
 
 # -- KEYS that must stop the controller from starting -------------------------------------------
