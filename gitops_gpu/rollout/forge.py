@@ -85,6 +85,10 @@ class Dialect(abc.ABC):
         """Our state for the forge's; states we do not know read as failure."""
         return state if state in STATES else "failure"
 
+    def current(self, items: list[Item]) -> Item | None:
+        """The item of a context a new post is judged against (oldest first in)."""
+        return items[-1] if items else None
+
     def state_for(self, status: CommitStatus, latest: Item | None) -> str | None:
         """The forge state to post, given the latest item of the context; None: cannot say it."""
         return status.state
@@ -94,6 +98,8 @@ class Dialect(abc.ABC):
 
     def parse(self, sha: str, item: Item) -> CommitStatus:
         url, _, seal = str(item.get("target_url") or "").partition(SEAL_FRAGMENT)
+        if seal and url == self.commit_url(sha):
+            url = ""  # the link body() put in for a status that had none: not part of it
         return CommitStatus(
             sha=sha,
             context=str(item.get(self.context_key) or "default"),
@@ -153,10 +159,8 @@ class ForgeBackend(StatusBackend):
         items = self._last.get(sha)
         if items is None:
             items = self._items(sha)
-        latest = next(
-            (i for i in reversed(items) if self.dialect.parse(sha, i).context == status.context),
-            None,
-        )
+        mine = [i for i in items if self.dialect.parse(sha, i).context == status.context]
+        latest = self.dialect.current(mine)
         state = self.dialect.state_for(status, latest)
         if state is None:
             log.info("%s cannot show %s on %s now; skipped", self.name, status.context, sha[:7])

@@ -81,6 +81,11 @@ class GitLab(Dialect):
         author = item.get("author")
         return str(author.get("username") or "") if isinstance(author, dict) else ""
 
+    def current(self, items: list[Item]) -> Item | None:
+        # GitLab updates the name's unfinished job, whoever posted a finished one after it.
+        active = [i for i in items if _FROM_GITLAB.get(str(i.get("status"))) == PENDING]
+        return active[-1] if active else super().current(items)
+
     def state_for(self, status: CommitStatus, latest: Item | None) -> str | None:
         if status.state != PENDING or latest is None:
             return _TO_GITLAB.get(status.state, "pending")

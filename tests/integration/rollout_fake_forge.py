@@ -62,6 +62,7 @@ class FakeForge:
         # The commits the forge has (Gitea only): None accepts every SHA.
         self.commits = commits
         self.clock = time.time
+        self.user = "gitops-gpu-bot"  # whose token posts: the listings' creator (GitLab: author)
         self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
         self.errors: list[str] = []
         self.requests: list[tuple[str, str]] = []
@@ -86,16 +87,32 @@ class FakeForge:
     def posts(self) -> int:
         return sum(1 for method, _ in self.requests if method == "POST")
 
-    def add(self, sha: str, context: str, state: str, description: str = "") -> dict[str, Any]:
-        """A status created by someone else (or earlier)."""
+    def add(
+        self,
+        sha: str,
+        context: str,
+        state: str,
+        description: str = "",
+        *,
+        creator: str = "ci-bot",
+        target_url: str = "",
+    ) -> dict[str, Any]:
+        """A status created by someone else (or earlier), with another account's token."""
         with self._lock:
-            return self._create(sha, context, state, description, "")
+            return self._create(sha, context, state, description, target_url, creator)
 
-    def _create(self, sha: str, context: str, state: str, desc: str, url: str) -> dict[str, Any]:
+    def _create(
+        self, sha: str, context: str, state: str, desc: str, url: str, creator: str = ""
+    ) -> dict[str, Any]:
         self._next_id += 1
         second = int(self.clock())  # servers keep creation times to the second
         stamp = datetime.fromtimestamp(second, UTC).isoformat().replace("+00:00", "Z")
         job = {"id": self._next_id, "description": desc, "target_url": url, "created_at": stamp}
+        user = creator or self.user
+        if self.kind == "gitlab":  # UserBasic (docs: "List the statuses of a commit")
+            job["author"] = {"id": 7, "username": user, "name": user, "state": "active"}
+        else:  # GitHub: simple-user; Gitea: User. Both name the account "login".
+            job["creator"] = {"id": 7, "login": user, "type": "User"}
         if self.kind == "gitlab":
             job.update(name=context, status=state, sha=sha)
         elif self.kind == "gitea":

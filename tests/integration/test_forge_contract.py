@@ -8,7 +8,9 @@ test_rollout_http_backends.py.
 
 from __future__ import annotations
 
+import base64
 import json
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -22,12 +24,14 @@ from rollout_fake_forge import OWNER, REPO, FakeForge
 from gitops_gpu.errors import StatusBackendError
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.httpclient import Retry
+from gitops_gpu.rollout.seal import Keyring, generate, parse_public_keys
 from gitops_gpu.rollout.status import (
     FAILURE,
     MAX_DESCRIPTION,
     PENDING,
     SUCCESS,
     CommitStatus,
+    approval_context,
     stage_context,
 )
 from gitops_gpu_dev.testbed import gitea
@@ -50,7 +54,13 @@ class Side:
     repo: str
     token: str
     sha: str
+    user: str  # the account the token belongs to
     fake: FakeForge | None = None
+    forge: gitea.Forge | None = None
+
+    @property
+    def repo_path(self) -> str:
+        return f"{self.owner}/{self.repo}"
 
     def backend(self, *, repo: str | None = None, limit: int = 50) -> GiteaBackend:
         return GiteaBackend(
@@ -103,7 +113,7 @@ def side(
         fake = FakeForge("gitea", FAKE_TOKEN, commits={FAKE_SHA})
         fake.page_size = 50
         try:
-            yield Side("fake", fake.url, OWNER, REPO, FAKE_TOKEN, FAKE_SHA, fake)
+            yield Side("fake", fake.url, OWNER, REPO, FAKE_TOKEN, FAKE_SHA, fake.user, fake)
         finally:
             fake.close()
         assert fake.errors == [], "requests deviated from the documented API"
@@ -111,7 +121,9 @@ def side(
     make: Callable[[str], gitea.Forge] = request.getfixturevalue("gitea_repo_factory")
     forge = make("contract")
     head = forge.api("GET", f"/repos/{forge.repo}/branches/main")["commit"]["id"]
-    yield Side("real", forge.url, forge.owner, forge.name, forge.token, head)
+    yield Side(
+        "real", forge.url, forge.owner, forge.name, forge.token, head, forge.owner, None, forge
+    )
 
 
 def test_write_then_read_back(side: Side) -> None:
@@ -208,3 +220,50 @@ def test_a_bad_token_is_refused_with_401(side: Side) -> None:
     with pytest.raises(StatusBackendError) as info:
         backend.list_statuses(side.sha)
     assert "401" in str(info.value)
+
+
+def _post_as_another_user(side: Side, user: str, context: str) -> None:
+    """A status posted with another account's token (a CI job, a colleague)."""
+    if side.fake is not None:
+        side.fake.add(side.sha, context, "success", "approved", creator=user)
+        return
+    assert side.forge is not None
+    password = "pw-" + user + "-0123456789"
+    body = {"username": user, "email": f"{user}@example.com", "password": password}
+    side.forge.api("POST", "/admin/users", {**body, "must_change_password": False})
+    side.forge.api("PUT", f"/repos/{side.repo_path}/collaborators/{user}", {"permission": "write"})
+    req = urllib.request.Request(
+        f"{side.url}/api/v1/users/{user}/tokens",
+        data=json.dumps({"name": "ci", "scopes": ["write:repository"]}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    req.add_header("Authorization", f"Basic {basic}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        token = json.loads(resp.read())["sha1"]
+    other = Side(side.kind, side.url, side.owner, side.repo, token, side.sha, user)
+    assert other.post("success", context, "approved") == 201
+
+
+def test_the_creator_is_the_account_that_posted_and_the_seal_survives(side: Side) -> None:
+    """What approvals are judged by (the creator) and what verdicts are verified by (the seal
+    in target_url's fragment) come back from the forge as we wrote them."""
+    key = generate("controller")
+    sealed = key.seal(
+        CommitStatus(side.sha, CANARY, SUCCESS, "canary: 2/2 nodes", created_at=time.time())
+    )
+    assert side.backend().set_status(sealed)
+    user = f"ci-{secrets.token_hex(3)}"
+    _post_as_another_user(side, user, approval_context("fleet"))
+    got = {s.context: s for s in side.backend().list_statuses(side.sha)}
+    ours, theirs = got[CANARY], got[approval_context("fleet")]
+    assert (ours.creator, theirs.creator) == (side.user, user)
+    assert ours.seal == sealed.seal and ours.target_url == ""
+    ring = Keyring(parse_public_keys(key.public_line(), "controller.pub"))
+    assert ring.check(ours).signer == "controller"
+    raw = next(i for i in side.listing() if i["context"] == CANARY)
+    assert raw["creator"]["login"] == side.user
+    assert raw["target_url"] == (
+        f"{side.url}/{side.owner}/{side.repo}/commit/{side.sha}#gitops-gpu-seal={sealed.seal}"
+    )

@@ -6,6 +6,7 @@ import logging
 import socket
 import traceback
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.github import GitHubBackend
 from gitops_gpu.rollout.gitlab import GitLabBackend
 from gitops_gpu.rollout.httpclient import Retry
+from gitops_gpu.rollout.seal import Keyring, generate, parse_public_keys
 from gitops_gpu.rollout.status import (
     ERROR,
     FAILURE,
@@ -250,3 +252,30 @@ def test_bad_sha_never_reaches_the_server() -> None:
         assert forge.requests == []
     finally:
         forge.close()
+
+
+def test_identity_fields_and_seals_on_every_forge(forge: FakeForge) -> None:
+    """GitHub and Gitea name a status's poster creator.login, GitLab author.username (their
+    documented listing shapes, as the fake serves them); the seal rides in target_url and a
+    re-sealed identical status is not written again."""
+    key = generate("controller")
+    ring = Keyring(parse_public_keys(key.public_line(), "controller.pub"))
+    backend = client(forge.kind, forge.url)
+    backend.trust = lambda s: ring.check(s).signer is not None
+    first = key.seal(CommitStatus(SHA, CANARY, PENDING, "canary: rolling out", created_at=10.0))
+    again = key.seal(CommitStatus(SHA, CANARY, PENDING, "canary: rolling out", created_at=20.0))
+    assert backend.set_status(first)
+    assert not backend.set_status(again)  # same content: the seal and time do not count
+    forge.add(SHA, CANARY, {"gitlab": "success"}.get(forge.kind, SUCCESS), "forged", creator="eve")
+    read = backend.list_statuses(SHA)
+    assert [(s.creator, bool(s.seal)) for s in read] == [(forge.user, True), ("eve", False)]
+    assert ring.check(read[0]).signer == "controller" and read[0].target_url == ""
+    # A forged verdict as the latest never makes the controller's own write redundant.
+    assert backend.set_status(key.seal(replace(first, description="canary: soaking")))
+    web = {"github": f"{forge.url}/{OWNER}/{REPO}/commit/", "gitea": f"{forge.url}/{OWNER}/"}
+    key_of = "target_url"
+    posted = forge.jobs[SHA][0][key_of]
+    if forge.kind == "gitlab":
+        assert posted.startswith(f"{forge.url}/{PROJECT}/-/commit/{SHA}#gitops-gpu-seal=gg1.")
+    else:
+        assert posted.startswith(web[forge.kind]) and "#gitops-gpu-seal=gg1." in posted
