@@ -46,23 +46,26 @@ _SECRET_KEY = "ed25519"
 _SEEN_MAX = 20000
 
 
+def key_secret(namespace: str, key: SealKey) -> dict[str, object]:
+    """The Secret that holds ``key`` (what a platform team provisions for several clusters)."""
+    body = base64.b64encode(key.private_bytes()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": KEY_SECRET, "namespace": namespace},
+        "type": "Opaque",
+        "data": {_SECRET_KEY: body},
+    }
+
+
 def secret_key(client: kube.Client, namespace: str, *, create: bool = True) -> SealKey:
     """The seal key from the controller's Secret; created (with a new key) when missing."""
     name = f"gitops-gpu/{namespace}"
     secret = client.get("v1", "Secret", KEY_SECRET, namespace)
     if secret is None and create:
         key = generate(name)
-        body = base64.b64encode(key.private_bytes()).decode()
         try:
-            client.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": KEY_SECRET, "namespace": namespace},
-                    "type": "Opaque",
-                    "data": {_SECRET_KEY: body},
-                }
-            )
+            client.create(key_secret(namespace, key))
             log.warning(
                 "created the record seal key Secret %s/%s (public key %s)",
                 namespace,

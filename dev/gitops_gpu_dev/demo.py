@@ -276,9 +276,14 @@ def _approver(ctl: Controller, say: Say) -> Callable[[str, list[str]], None]:
                     f"   {stage} has applied nothing of {sha[:7]} yet; a person approves: "
                     f"gitops-gpu approve {sha[:7]} --stage {stage}"
                 )
-                ctl.backend.set_status(
+                # What `gitops-gpu approve` does: sealed with the controller's key.
+                ctl.record.write(
                     CommitStatus(
-                        sha, approval_context(stage), "success", "approved by the platform lead"
+                        sha,
+                        approval_context(stage),
+                        "success",
+                        "approved by the platform lead",
+                        created_at=time.time(),
                     )
                 )
                 done.add((sha, stage))

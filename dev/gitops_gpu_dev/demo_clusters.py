@@ -25,6 +25,7 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
+from gitops_gpu.rollout import seal
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import CommitStatus, stage_context
 from gitops_gpu_dev import paths
@@ -113,12 +114,19 @@ def run(workdir: Path, *, keep: bool = False, nodes_per_pool: int = 1, say: Say 
         repo = DemoRepo(workdir, source=example())
         repo.edit_yaml("fleet.yaml", _fast)
         first = repo.commit("two clusters, short gates")
+        # One seal key per cluster's controller; each trusts both clusters' verdicts.
+        keys = {c: seal.generate(f"gitops-gpu/{c}") for c in CLUSTERS}
+        trusted = tuple(
+            t for k in keys.values() for t in seal.parse_public_keys(k.public_line(), "demo")
+        )
         for cluster in CLUSTERS:
             cfg = Config(
                 repo=str(repo.bare),
                 cache_dir=workdir / f"cache-{cluster}",
                 interval=1.0,
                 cluster=cluster,
+                seal_key=keys[cluster],
+                trusted=trusted,
             )
             ctl = Controller(cfg, beds[cluster].client)
             threads.append(threading.Thread(target=ctl.run, args=(stop,), daemon=True))

@@ -28,9 +28,10 @@ import pytest
 from e2e_harness import FAST_GATE, Env, set_driver
 from ruamel.yaml import YAML
 
-from gitops_gpu import names
+from gitops_gpu import names, sealed
 from gitops_gpu.cli import main
 from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.rollout import seal
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev import paths
@@ -122,10 +123,26 @@ class TwoClusters:
         """Cluster b reaches the fleet remote through this link: removing it cuts b off alone."""
         return self.tmp / "fleet-for-b.git"
 
+    @property
+    def trusted_keys(self) -> Path:
+        """Each cluster's seal key, provisioned as its Secret (as a platform team would), and
+        the file by which each controller trusts both clusters' verdicts."""
+        path = self.tmp / "record-keys.pub"
+        if not path.exists():
+            lines = []
+            for c in (self.a, self.b):
+                key = seal.generate(f"gitops-gpu/{c.name}")
+                c.tb.client.delete("v1", "Secret", sealed.KEY_SECRET, "default")
+                c.tb.client.create(sealed.key_secret("default", key))
+                lines.append(key.public_line())
+            path.write_text("\n".join(lines) + "\n")
+        return path
+
     def start_controller(
         self, c: Cluster, *extra: str, repo: str | None = None, interval: str = INTERVAL
     ) -> int:
         """Start cluster c's controller process; returns the port of its /metrics, /webhook."""
+        extra = ("--record-trusted-keys", str(self.trusted_keys), *extra)
         c.log = self.tmp / f"controller-{c.name}.log"
         default = self.link_b if c.name == "b" else self.env.remote.url
         argv = [
@@ -276,7 +293,8 @@ def test_commit_flows_canary_in_a_then_fleet_in_a_and_b(
     # status and plan reach both clusters through one kubeconfig's contexts
     kubeconfig = merged_kubeconfig(two)
     capsys.readouterr()
-    assert main(["status", "--repo", env.remote.url, "--kubeconfig", kubeconfig]) == 0
+    trust = ["--record-trusted-keys", str(two.trusted_keys)]
+    assert main(["status", "--repo", env.remote.url, "--kubeconfig", kubeconfig, *trust]) == 0
     shown = capsys.readouterr().out.splitlines()
     fleet_line = next(line for line in shown if line.startswith("stage fleet"))
     assert "clusters a,b" in fleet_line and "success" in fleet_line, shown
