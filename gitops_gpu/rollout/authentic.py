@@ -96,8 +96,11 @@ class Authenticator:
             check = self.controllers.check(status)
             if check.signer is not None:
                 return replace(status, created_at=check.at), ""
-            return None, f"approval {check.reason}: stage {stage} names no approvers, so only "
-            "the controller's key can approve (gitops-gpu approve)"
+            reason = (
+                f"approval {check.reason}: stage {stage} names no approvers, so only the "
+                "controller's key can approve (gitops-gpu approve)"
+            )
+            return None, reason
         if status.creator and status.creator in allowed.users:
             return status, ""  # the forge vouches for who posted it, and for its time
         if allowed.keys is not None:

@@ -56,7 +56,12 @@ def test_an_approval_counts_only_from_an_approver() -> None:
 def test_without_approvers_only_the_controller_key_approves() -> None:
     ctx = approval_context("fleet")
     auth = Authenticator(CONTROLLERS)
-    assert not auth.judge([st(ctx, "success", 1, creator="someone")]).approvals()
+    judged = auth.judge([st(ctx, "success", 1, creator="someone")])
+    assert not judged.approvals()
+    assert judged.ignored[0].reason == (
+        "approval unsigned: stage fleet names no approvers, so only the controller's key can "
+        "approve (gitops-gpu approve)"
+    )
     assert auth.judge([CTL.seal(st(ctx, "success", 1))]).approvals() == {(SHA, "fleet")}
 
 
