@@ -53,6 +53,11 @@ def until_event(env: Env, reason: str, sha: str, since: float, timeout: float = 
     return time.monotonic() - since
 
 
+def say(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    with capsys.disabled():  # the measured times, shown with -s
+        print(text)
+
+
 def forge_note(clone: Path, sha: str, lines: list[dict[str, object]]) -> None:
     """Append lines to the commit's note and push the notes ref, as anyone could."""
     git(clone, "fetch", "-q", "origin", f"+{NOTES}:{NOTES}")
@@ -91,7 +96,7 @@ def test_forged_notes_and_a_rewound_branch_never_skip_the_canary(
     start = time.monotonic()
     forge_note(attacker, bump, forged)
     took = until_event(env, "RecordStatusIgnored", bump, start)
-    print(f"forged canary success: ignored, Event after {took:.1f}s")
+    say(capsys, f"forged canary success: ignored, Event after {took:.1f}s")
     deadline = time.monotonic() + 8  # many passes at 0.3s
     while time.monotonic() < deadline:
         assert env.pool_commit("infer-l40s") == first, "the fleet adopted a forged promotion"
@@ -105,7 +110,7 @@ def test_forged_notes_and_a_rewound_branch_never_skip_the_canary(
         "the forged failure is ignored",
         lambda: len(events(env, "RecordStatusIgnored", bump)) >= 3,
     )
-    print(f"forged canary failure: ignored, Event after {time.monotonic() - start:.1f}s")
+    say(capsys, f"forged canary failure: ignored, Event after {time.monotonic() - start:.1f}s")
     time.sleep(3)
     assert env.pool_commit("canary") == bump and soaking()
 
@@ -121,7 +126,7 @@ def test_forged_notes_and_a_rewound_branch_never_skip_the_canary(
     start = time.monotonic()
     git(env.remote.work, "push", "-q", "--force", "origin", "main")
     took = until_event(env, "HistoryRewritten", first, start)
-    print(f"force-push back to {first[:7]}: held, Event after {took:.1f}s")
+    say(capsys, f"force-push back to {first[:7]}: held, Event after {took:.1f}s")
     held = env.record.latest(first, "gitops-gpu/history")
     assert held is not None and held.state == "failure"
     moved = f"history rewritten: main moved from {bump[:7]} to {first[:7]}, not a descendant"

@@ -244,3 +244,42 @@ def test_a_signed_tag_pushed_after_its_commit_releases_it(
         assert env.context_state(release, PREFLIGHT_CONTEXT) == "success"
     finally:
         ctl.stop_informers()
+
+
+def test_a_commit_annotation_on_a_live_object_is_no_proof_of_trust(
+    env: Env, signers: Signers, tmp_path: Path
+) -> None:
+    """Patch rights on one NVIDIADriver used to be enough: annotate it with an unsigned commit
+    before pushing it, and the controller took the commit as already running (trusted when
+    applied). Only the controller's ledger of what it adopted counts now."""
+    alice = signers.gpg_key("alice")
+    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"alice": alice})
+    work = env.remote.work
+    first = signers.commit(work, "fast gates (alice)", alice, fast_gates())
+    env.start_nodes()
+    cfg = Config(
+        repo=env.remote.url, cache_dir=tmp_path / "ctl", interval=0.3, verifier=Verifier(keys)
+    )
+    ctl = Controller(cfg, env.tb.client)
+    ctl.start_informers()
+    try:
+        run_until(ctl, "the signed commit rolls out", lambda: _all_success(env, first))
+        unsigned = signers.commit(
+            work, "bump, unsigned", None, set_driver("580.142.01"), push=False
+        )
+        env.tb.client.patch(
+            *names.NVIDIA_DRIVER_API,
+            "canary",
+            {"metadata": {"annotations": {names.COMMIT_ANNOTATION: unsigned}}},
+        )
+        git(work, "push", "-q", "origin", "main")
+        run_until(ctl, "the unsigned commit refused", _refused(env, unsigned))
+        assert _description(env, unsigned) == "untrusted commit: unsigned"
+        assert len(untrusted_events(env, unsigned)) == 1
+        for _ in range(5):
+            ctl.run_pass()
+            assert all(env.state(unsigned, s) is None for s in STAGES)
+            others = {p: c for p, (_rv, c) in drivers(env).items() if p != "canary"}
+            assert set(others.values()) == {first}, others
+    finally:
+        ctl.stop_informers()
