@@ -20,6 +20,7 @@ from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.rollout.authentic import Approvers, Authenticator, Ignored, Judged, with_ledger
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.seal import (
     FIX_KEYS,
     Keyring,
@@ -137,6 +138,8 @@ class SealedRecord:
         self.backend, self.key, self.auth, self.ledger = backend, key, auth, ledger
         self.metrics, self.recorder = metrics, recorder
         self.own: Callable[[str], bool] = lambda context: context.startswith(STAGE_CONTEXT_PREFIX)
+        if auth.membership is None and isinstance(backend, ForgeBackend):
+            self.auth = Authenticator(auth.controllers, auth.approvers, backend.in_team)
         backend.trust = self.auth.trusted  # a forged latest status never makes a write redundant
         self.ignored: list[Ignored] = []  # the last read's, for `status`
         self._reported: set[str] = set()  # ignored statuses already counted and raised
@@ -218,5 +221,9 @@ def stage_approvers(stages: Sequence[StageSpec]) -> dict[str, Approvers]:
     for stage in stages:
         gate = stage.gate
         keys = [k for line in gate.approver_keys for k in parse_public_keys(line, stage.name)]
-        out[stage.name] = Approvers(frozenset(gate.approvers), Keyring(keys) if keys else None)
+        out[stage.name] = Approvers(
+            frozenset(gate.approvers),
+            Keyring(keys) if keys else None,
+            frozenset(gate.approver_teams),
+        )
     return out

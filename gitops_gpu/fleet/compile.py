@@ -73,6 +73,7 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
                 approval_required=s.gate.approval == "required",
                 approvers=tuple(s.gate.approvers.users) if s.gate.approvers else (),
                 approver_keys=tuple(s.gate.approvers.keys) if s.gate.approvers else (),
+                approver_teams=tuple(s.gate.approvers.teams) if s.gate.approvers else (),
                 timeout_seconds=s.gate.timeout,
                 smoke_test=_smoke_spec(s.gate.smoke_test),
                 metrics=tuple(

@@ -43,6 +43,7 @@ class GateSpec:
     # Who may approve (forge logins; 'ssh-ed25519 ...' keys); none named: the controller's key.
     approvers: tuple[str, ...] = ()
     approver_keys: tuple[str, ...] = ()
+    approver_teams: tuple[str, ...] = ()
     timeout_seconds: float | None = None
     smoke_test: SmokeTestSpec | None = None
     metrics: tuple[MetricSpec, ...] = ()

@@ -233,7 +233,17 @@ class Approvers(_Model):
     for a record with no logins (git notes), approvers' keys: 'ssh-ed25519 AAAA... name'."""
 
     users: list[StrictStr] = Field(default_factory=list)
+    # "org/team" on GitHub and Gitea; a group's full path on GitLab (Developer or above).
+    teams: list[StrictStr] = Field(default_factory=list)
     keys: list[StrictStr] = Field(default_factory=list)
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, v: list[str]) -> list[str]:
+        for team in v:
+            if "/" not in team.strip("/"):
+                raise ValueError(f"team {team!r}: write it as 'org/team' (GitLab: group/subgroup)")
+        return v
 
     @field_validator("keys")
     @classmethod

@@ -37,10 +37,12 @@ class Approvers:
 
     users: frozenset[str] = frozenset()
     keys: Keyring | None = None
+    teams: frozenset[str] = frozenset()  # "org/team" (GitLab: a group path)
 
     @property
     def named(self) -> bool:
-        return bool(self.users) or (self.keys is not None and len(self.keys) > 0)
+        keys = self.keys is not None and len(self.keys) > 0
+        return bool(self.users) or bool(self.teams) or keys
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,22 @@ class Judged:
         )
 
 
+Membership = Callable[[str, str], bool]  # (team, user) -> the forge says user is in team
+
+
 class Authenticator:
-    def __init__(self, controllers: Keyring, approvers: Mapping[str, Approvers] | None = None):
+    def __init__(
+        self,
+        controllers: Keyring,
+        approvers: Mapping[str, Approvers] | None = None,
+        membership: Membership | None = None,
+    ) -> None:
         self.controllers = controllers
         self.approvers = dict(approvers or {})
+        self.membership = membership
 
     def with_approvers(self, approvers: Mapping[str, Approvers]) -> Authenticator:
-        return Authenticator(self.controllers, approvers)
+        return Authenticator(self.controllers, approvers, self.membership)
 
     def trusted(self, status: CommitStatus) -> bool:
         return self.verdict(status)[0] is not None
@@ -103,6 +114,9 @@ class Authenticator:
             return None, reason
         if status.creator and status.creator in allowed.users:
             return status, ""  # the forge vouches for who posted it, and for its time
+        member, creator = self.membership, status.creator
+        if creator and member is not None and any(member(t, creator) for t in allowed.teams):
+            return status, ""
         if allowed.keys is not None:
             check = allowed.keys.check(status)
             if check.signer is not None:

@@ -37,6 +37,7 @@ Item = dict[str, Any]
 # A status's seal travels in its target_url's fragment: every forge stores that URL verbatim,
 # and a browser following the link ignores the fragment.
 SEAL_FRAGMENT = "#gitops-gpu-seal="
+TEAM_TTL_SECONDS = 60.0
 Query = dict[str, str | int]
 
 
@@ -84,6 +85,10 @@ class Dialect(abc.ABC):
     def from_forge(self, state: str) -> str:
         """Our state for the forge's; states we do not know read as failure."""
         return state if state in STATES else "failure"
+
+    def team_member(self, client: HttpClient, team: str, user: str) -> bool:
+        """Whether the forge says ``user`` belongs to ``team`` ("org/team"); an error raises."""
+        raise NotImplementedError
 
     def current(self, items: list[Item]) -> Item | None:
         """The item of a context a new post is judged against (oldest first in)."""
@@ -150,9 +155,28 @@ class ForgeBackend(StatusBackend):
             sleep=sleep,
         )
         self._last: dict[str, list[Item]] = {}  # sha -> its items at the last read
+        self._members: dict[tuple[str, str], tuple[float, bool]] = {}  # (team, user) -> when, is
 
     def list_statuses(self, sha: str) -> list[CommitStatus]:
         return [self.dialect.parse(sha, item) for item in self._items(sha)]
+
+    def in_team(self, team: str, user: str) -> bool:
+        """Team approvers: the forge's membership, asked at most once a minute per pair. An
+        answer the forge cannot give (404, an error) is "no": an approval never counts on doubt."""
+        now = time.monotonic()
+        cached = self._members.get((team, user))
+        if cached is not None and now - cached[0] < TEAM_TTL_SECONDS:
+            return cached[1]
+        try:
+            member = self.dialect.team_member(self._client, team, user)
+        except HttpStatusError as exc:
+            member = False
+            if exc.status != 404:
+                log.warning("%s: cannot tell whether %s is in %s: %s", self.name, user, team, exc)
+        if len(self._members) >= 1024:
+            self._members.clear()
+        self._members[(team, user)] = (now, member)
+        return member
 
     def _write(self, status: CommitStatus) -> bool:
         sha = check_sha(status.sha)

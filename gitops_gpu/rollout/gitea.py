@@ -49,6 +49,16 @@ class Gitea(Dialect):
         page = int((query or {}).get("page", 1)) + 1
         return url, {"page": page, "limit": self.per_page}
 
+    def team_member(self, client: HttpClient, team: str, user: str) -> bool:
+        org, _, name = team.partition("/")
+        found = client.request("GET", f"/orgs/{quote(org)}/teams/search", query={"q": name})
+        teams = (found.data or {}).get("data") if isinstance(found.data, dict) else None
+        ids = [t["id"] for t in teams or () if str(t.get("name", "")).lower() == name.lower()]
+        if not ids:
+            return False
+        client.request("GET", f"/teams/{ids[0]}/members/{quote(user)}")  # 404: not a member
+        return True
+
     def explain(self, exc: HttpStatusError, sha: str, posting: bool) -> Exception:
         """Gitea answers a commit it lacks with 404 (GET) or 500 (POST): say so when it is that."""
         suspect = 500 <= exc.status < 600 if posting else exc.status == 404

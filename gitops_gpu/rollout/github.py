@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Query, quote
-from gitops_gpu.rollout.httpclient import Response, Retry, next_link
+from gitops_gpu.rollout.httpclient import HttpClient, Response, Retry, next_link
 
 API_URL = "https://api.github.com"
 
@@ -33,6 +33,12 @@ class GitHub(Dialect):
     ) -> tuple[str, Query | None] | None:
         link = next_link(reply.headers.get("link"))
         return (link, None) if link else None
+
+    def team_member(self, client: HttpClient, team: str, user: str) -> bool:
+        org, _, slug = team.partition("/")
+        path = f"/orgs/{quote(org)}/teams/{quote(slug)}/memberships/{quote(user)}"
+        reply = client.request("GET", path)  # 404: not a member (or no such team)
+        return isinstance(reply.data, dict) and reply.data.get("state") == "active"
 
 
 class GitHubBackend(ForgeBackend):

@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Callable
 
 from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Item, Query
-from gitops_gpu.rollout.httpclient import Response, Retry
+from gitops_gpu.rollout.httpclient import HttpClient, Response, Retry
 from gitops_gpu.rollout.status import ERROR, FAILURE, PENDING, SUCCESS, CommitStatus
 
 _TO_GITLAB: dict[str, str] = {SUCCESS: "success", FAILURE: "failed", ERROR: "canceled"}
@@ -80,6 +80,14 @@ class GitLab(Dialect):
     def creator_of(self, item: Item) -> str:
         author = item.get("author")
         return str(author.get("username") or "") if isinstance(author, dict) else ""
+
+    def team_member(self, client: HttpClient, team: str, user: str) -> bool:
+        """A team is a group (its full path); inherited members count, as GitLab's do."""
+        group = urllib.parse.quote(team, safe="")
+        found = client.request("GET", f"/groups/{group}/members/all", query={"query": user})
+        members = found.data if isinstance(found.data, list) else []
+        # access_level 30: Developer and above (GitLab's level for approving merges)
+        return any(m.get("username") == user and m.get("access_level", 0) >= 30 for m in members)
 
     def current(self, items: list[Item]) -> Item | None:
         # GitLab updates the name's unfinished job, whoever posted a finished one after it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,62 @@ def forge_note(clone: Path, sha: str, lines: list[dict[str, object]]) -> None:
     for line in lines:
         git(clone, "notes", "--ref", NOTES, "append", "-m", json.dumps(line), sha)
     git(clone, "push", "-q", "origin", f"{NOTES}:{NOTES}")
+
+
+def approvers(keys: list[str]) -> Callable[[Path], None]:
+    def edit(work: Path) -> None:
+        fast_gates(approval=True)(work)
+        yaml = YAML()
+        doc = yaml.load((work / "fleet.yaml").read_text())
+        for stage in doc["spec"]["stages"]:
+            if stage["name"] == "training":
+                stage["gate"]["approvers"] = {"keys": keys}
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(doc, fh)
+
+    return edit
+
+
+def ssh_key(tmp: Path, name: str) -> Path:
+    path = tmp / name
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True
+    )
+    return path
+
+
+@pytest.mark.parametrize("env", ["sim"], indirect=True)
+def test_only_an_approver_key_approves_a_stage_on_git_notes(
+    env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alice, mallory = ssh_key(tmp_path, "alice"), ssh_key(tmp_path, "mallory")
+    line = alice.with_suffix(".pub").read_text().strip()
+    first = env.remote.commit("training approved by alice's key", approvers([line]))
+    env.start_nodes()
+    env.controller()
+    env.wait("canary and inference", lambda: env.state(first, "inference") == "success", 120)
+
+    def awaiting() -> bool:
+        mine = [s for s in env.statuses(first) if s.context == stage_context("training")]
+        return bool(mine) and "awaiting approval" in mine[-1].description
+
+    env.wait("training awaiting approval", awaiting)
+    base = ["approve", first, "--stage", "training", "--repo", env.remote.url]
+    base += ["--kubeconfig", env.tb.kubeconfig]
+    assert main(base) == 0  # the controller's key: not an approver of this stage
+    assert main([*base, "--key", str(mallory)]) == 0  # someone else's key
+    time.sleep(3)  # many passes at 0.3s
+    assert env.pool_commit("train-h100") is None and awaiting()
+    assert main(["status", "--repo", env.remote.url, "--kubeconfig", env.tb.kubeconfig]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("not an approver of stage training") == 2, shown
+    start = time.monotonic()
+    assert main([*base, "--key", str(alice)]) == 0
+    env.wait("alice's approval lets training adopt", lambda: env.pool_commit("train-h100") == first)
+    say(
+        capsys, f"approval sealed by an approver key: adopted after {time.monotonic() - start:.1f}s"
+    )
+    env.wait("training passes", lambda: env.state(first, "training") == "success")
 
 
 def test_forged_notes_and_a_rewound_branch_never_skip_the_canary(

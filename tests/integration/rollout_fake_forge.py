@@ -62,6 +62,7 @@ class FakeForge:
         # The commits the forge has (Gitea only): None accepts every SHA.
         self.commits = commits
         self.clock = time.time
+        self.teams: dict[str, dict[str, int]] = {}  # team -> member -> GitLab access level
         self.user = "gitops-gpu-bot"  # whose token posts: the listings' creator (GitLab: author)
         self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
         self.errors: list[str] = []
@@ -182,8 +183,35 @@ class FakeForge:
                 and (not path.startswith(f"{repo}/"))
             ):
                 return 404, {}, {"message": "The target couldn't be found.", "errors": []}
+            if method == "GET" and (found := self._team(path, params)) is not None:
+                return found
             self.errors.append(f"unexpected request {method} {raw_path}")
             return 404, {}, {"message": "Not Found"}
+
+    def _team(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, str], Any] | None:
+        """Team membership as each forge's API documents it; ``teams`` holds the members."""
+        if self.kind == "github" and (
+            m := re.fullmatch(r"/orgs/([^/]+)/teams/([^/]+)/memberships/([^/]+)", path)
+        ):
+            team, user = f"{m.group(1)}/{m.group(2)}", m.group(3)
+            if user not in self.teams.get(team, ()):
+                return 404, {}, {"message": "Not Found"}
+            return 200, {}, {"state": "active", "role": "member"}
+        if self.kind == "gitlab" and (
+            m := re.fullmatch(r"/api/v4/groups/([^/]+)/members/all", path)
+        ):
+            group = urllib.parse.unquote(m.group(1))
+            query = params.get("query", "")
+            return (
+                200,
+                {},
+                [
+                    {"id": 7, "username": u, "access_level": level}
+                    for u, level in self.teams.get(group, {}).items()
+                    if query in u
+                ],
+            )
+        return None
 
     def _has(self, sha: str) -> bool:
         return self.kind != "gitea" or self.commits is None or sha in self.commits

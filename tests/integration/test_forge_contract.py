@@ -267,3 +267,26 @@ def test_the_creator_is_the_account_that_posted_and_the_seal_survives(side: Side
     assert raw["target_url"] == (
         f"{side.url}/{side.owner}/{side.repo}/commit/{side.sha}#gitops-gpu-seal={sealed.seal}"
     )
+
+
+def test_gitea_team_membership_is_read_from_the_real_server(
+    gitea_repo_factory: Callable[[str], gitea.Forge],
+) -> None:
+    """Team approvers (`approvers.teams: [org/team]`) are judged by Gitea's own membership."""
+    forge = gitea_repo_factory("teams")
+    org, user = f"org-{secrets.token_hex(3)}", f"approver-{secrets.token_hex(3)}"
+    forge.api("POST", "/orgs", {"username": org})
+    units = ["repo.code", "repo.pulls", "repo.issues"]
+    team = forge.api(
+        "POST", f"/orgs/{org}/teams", {"name": "platform", "permission": "write", "units": units}
+    )
+    password = "pw-" + user + "-0123456789"
+    body = {"username": user, "email": f"{user}@example.com", "password": password}
+    forge.api("POST", "/admin/users", {**body, "must_change_password": False})
+    forge.api("PUT", f"/teams/{team['id']}/members/{user}")
+    backend = GiteaBackend(forge.url, forge.owner, forge.name, forge.token, retry=FAST)
+    assert backend.in_team(f"{org}/platform", user)
+    assert backend.in_team(f"{org}/Platform", user)  # Gitea's team names are case-blind
+    assert not backend.in_team(f"{org}/platform", forge.owner)
+    assert not backend.in_team(f"{org}/nobody", user)
+    assert not backend.in_team("no-such-org/platform", user)

@@ -14,6 +14,7 @@ from rollout_fake_forge import OWNER, PROJECT, REPO, FakeForge
 
 from gitops_gpu.errors import StatusBackendError
 from gitops_gpu.rollout.backends import make_backend
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.github import GitHubBackend
 from gitops_gpu.rollout.gitlab import GitLabBackend
@@ -279,3 +280,24 @@ def test_identity_fields_and_seals_on_every_forge(forge: FakeForge) -> None:
         assert posted.startswith(f"{forge.url}/{PROJECT}/-/commit/{SHA}#gitops-gpu-seal=gg1.")
     else:
         assert posted.startswith(web[forge.kind]) and "#gitops-gpu-seal=gg1." in posted
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_team_approvers_are_asked_of_the_forge_and_cached(kind: str) -> None:
+    fake = FakeForge(kind, TOKEN)
+    try:
+        team = "gpu-org/platform"
+        fake.teams[team] = {"alice": 30, "guest": 10}
+        backend = client(kind, fake.url)
+        assert isinstance(backend, ForgeBackend)
+        assert backend.in_team(team, "alice")
+        assert not backend.in_team(team, "mallory")
+        assert not backend.in_team("gpu-org/nobody", "alice")
+        if kind == "gitlab":
+            assert not backend.in_team(team, "guest")  # below Developer
+        asked = len(fake.requests)
+        assert backend.in_team(team, "alice") and not backend.in_team(team, "mallory")
+        assert len(fake.requests) == asked  # answered from the cache within a minute
+        assert fake.errors == []
+    finally:
+        fake.close()

@@ -96,3 +96,24 @@ def test_own_verdicts_count_only_from_the_ledger_and_deleted_ones_come_back() ->
     # Another cluster's verdicts are not this ledger's to vouch for: the seal is enough.
     merged, _ = with_ledger(judged, [in_ledger], {canary}.__contains__)
     assert replayed in merged.trusted
+
+
+def test_team_approvers_count_when_the_forge_says_the_poster_is_a_member() -> None:
+    ctx = approval_context("fleet")
+    asked: list[tuple[str, str]] = []
+
+    def member(team: str, user: str) -> bool:
+        asked.append((team, user))
+        return (team, user) == ("gpu-org/platform", "alice")
+
+    allowed = {"fleet": Approvers(teams=frozenset({"gpu-org/platform"}))}
+    auth = Authenticator(CONTROLLERS, allowed, member)
+    assert auth.judge([st(ctx, "success", 1, creator="alice")]).approvals() == {(SHA, "fleet")}
+    judged = auth.judge([st(ctx, "success", 1, creator="bob")])
+    assert not judged.approvals() and "not an approver of stage fleet" in judged.ignored[0].reason
+    assert not auth.judge([st(ctx, "success", 1)]).approvals()  # no creator: nobody to ask
+    assert asked == [("gpu-org/platform", "alice"), ("gpu-org/platform", "bob")]
+    # Without a forge to ask (git notes), a team approves nothing.
+    assert (
+        not Authenticator(CONTROLLERS, allowed).judge([st(ctx, "success", 1, "alice")]).approvals()
+    )
