@@ -216,6 +216,10 @@ def _clean(tb: session.Testbed) -> None:
     ):
         for item in tb.client.list(api, kind)["items"]:
             tb.client.delete(api, kind, item["metadata"]["name"])
+    for item in tb.client.list("v1", "ConfigMap")["items"]:  # the last test's ledger
+        meta = item["metadata"]
+        if meta["name"].startswith("gitops-gpu-ledger"):
+            tb.client.delete("v1", "ConfigMap", meta["name"], meta["namespace"])
 
 
 @pytest.fixture
