@@ -37,7 +37,7 @@ from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
-from gitops_gpu.rollout.seal import SealKey, TrustedKey
+from gitops_gpu.rollout.seal import Keyring, SealKey, TrustedKey
 from gitops_gpu.rollout.span import own_contexts
 from gitops_gpu.rollout.status import (
     PENDING,
@@ -147,11 +147,16 @@ class Controller:
         self._metered: dict[str, PoolHealth] = {}  # the pool health the gauges show
         # Events about cluster-scoped objects must live in "default" (the apiserver insists).
         self.recorder = events.EventRecorder(client, "default")
-        key = cfg.seal_key or sealed.load_key(
-            client, cfg.namespace, cfg.record_key, create=cfg.record_key_create
-        )
         extra = [*cfg.trusted, *sealed.load_trusted_file(cfg.record_trusted_keys)]
-        self.keyring = sealed.trusted_keys(key, extra)
+        self.keyring = Keyring(extra)  # the own key joins it once loaded (SealedRecord)
+
+        def load() -> SealKey:
+            create = cfg.record_key_create
+            return sealed.load_key(client, cfg.namespace, cfg.record_key, create=create)
+
+        key: SealKey | Callable[[], SealKey] = cfg.seal_key or load
+        if cfg.record_key is not None and cfg.seal_key is None:
+            key = load()  # a file: a bad one refuses the start
         self.ledger = Ledger(client, cfg.namespace, cfg.cluster, keys=self.keyring)
         self.record = SealedRecord(
             self.backend,
@@ -266,6 +271,7 @@ class Controller:
 
     def _pass(self, report: PassReport) -> None:
         paused = self.paused()  # first: the brake must work whatever the commits hold
+        _ = self.record.key  # read from its Secret at the first pass: the ledger is sealed by it
         try:
             poll = self.source.poll()
             self.metrics.last_fetch.set(self.clock())

@@ -51,6 +51,7 @@ def connect(cfg: Config, client: kube.Client) -> Controller:
     ctl = Controller(cfg, client)
     ctl.source.poll()
     ctl.backend.refresh()
+    _ = ctl.record.key  # before the ledger, whose verdicts it sealed
     ctl.ledger.refresh(force=True)
     return ctl
 
@@ -58,7 +59,11 @@ def connect(cfg: Config, client: kube.Client) -> Controller:
 def trusted_record(ctl: Controller, shas: Sequence[str], compiled: CompiledFleet) -> Record:
     """The record as the controller's passes count it (sealed, approvers, the ledger)."""
     pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
-    ctl.record.own = span.own_contexts(compiled.stages, ctl.cfg.cluster, pool_clusters)
+    if len(compiled.clusters) > 1 and ctl.cfg.cluster is None:
+        # Read across clusters: no one controller's ledger speaks for them; seals decide.
+        ctl.record.own = lambda _context: False
+    else:
+        ctl.record.own = span.own_contexts(compiled.stages, ctl.cfg.cluster, pool_clusters)
     ctl.record.set_approvers(stage_approvers(compiled.stages))
     return Record(ctl.record.read(shas).trusted)
 

@@ -99,9 +99,8 @@ def load_key(
     return secret_key(client, namespace, create=create)
 
 
-def trusted_keys(own: SealKey, extra: Sequence[TrustedKey]) -> Keyring:
-    mine = parse_public_keys(own.public_line(), "the controller's own key")
-    return Keyring([*mine, *extra])
+def own_key(key: SealKey) -> list[TrustedKey]:
+    return parse_public_keys(key.public_line(), "the controller's own key")
 
 
 def load_trusted_file(path: Path | None) -> list[TrustedKey]:
@@ -128,14 +127,22 @@ class SealedRecord:
     def __init__(
         self,
         backend: StatusBackend,
-        key: SealKey,
+        key: SealKey | Callable[[], SealKey],
         auth: Authenticator,
         ledger: Ledger | None,
         *,
         metrics: Metrics | None = None,
         recorder: events.EventRecorder | None = None,
     ) -> None:
-        self.backend, self.key, self.auth, self.ledger = backend, key, auth, ledger
+        self.backend, self.auth, self.ledger = backend, auth, ledger
+        # A key from a Secret is read at the first pass, not at construction: a controller
+        # that must refuse its --cluster says so before it reaches the apiserver.
+        self._key: SealKey | None = None
+        self._load: Callable[[], SealKey] | None = None
+        if isinstance(key, SealKey):
+            self._use(key)
+        else:
+            self._load = key
         self.metrics, self.recorder = metrics, recorder
         self.own: Callable[[str], bool] = lambda context: context.startswith(STAGE_CONTEXT_PREFIX)
         if auth.membership is None and isinstance(backend, ForgeBackend):
@@ -143,6 +150,18 @@ class SealedRecord:
         backend.trust = self.auth.trusted  # a forged latest status never makes a write redundant
         self.ignored: list[Ignored] = []  # the last read's, for `status`
         self._reported: set[str] = set()  # ignored statuses already counted and raised
+
+    def _use(self, key: SealKey) -> None:
+        self._key = key
+        self.auth.controllers.add(own_key(key))
+
+    @property
+    def key(self) -> SealKey:
+        if self._key is None:
+            assert self._load is not None
+            self._use(self._load())
+        assert self._key is not None
+        return self._key
 
     def set_approvers(self, approvers: Mapping[str, Approvers]) -> None:
         self.auth = self.auth.with_approvers(approvers)
@@ -160,6 +179,7 @@ class SealedRecord:
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, shas: Sequence[str]) -> Judged:
+        _ = self.key  # loaded first: our own seals must verify
         judged = self.auth.judge(read_record(self.backend, shas))
         if self.ledger is not None:
             window = set(shas)

@@ -174,6 +174,12 @@ class Keyring:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def add(self, keys: Iterable[TrustedKey]) -> None:
+        """Trust more keys (the controller's own, once loaded): verdicts are judged again."""
+        with self._lock:
+            self._keys.update((k.id, k) for k in keys)
+            self._cache.clear()
+
     def names(self) -> list[str]:
         return sorted(f"{k.name} ({k.id})" for k in self._keys.values())
 
