@@ -35,7 +35,7 @@ from gitops_gpu.rollout.status import VERDICTS, CommitStatus
 log = logging.getLogger(__name__)
 LEDGER_PREFIX = "gitops-gpu-ledger"
 REREAD_SECONDS = 30.0
-MAX_VERDICTS = 2000
+MAX_VERDICTS = 1000  # ~450 KB at most: well inside a ConfigMap's 1 MiB
 _ATTEMPTS = 5
 
 

@@ -19,7 +19,14 @@ from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
-from gitops_gpu.rollout.authentic import Approvers, Authenticator, Ignored, Judged, with_ledger
+from gitops_gpu.rollout.authentic import (
+    NOT_IN_LEDGER,
+    Approvers,
+    Authenticator,
+    Ignored,
+    Judged,
+    with_ledger,
+)
 from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.seal import (
     FIX_KEYS,
@@ -182,14 +189,23 @@ class SealedRecord:
         _ = self.key  # loaded first: our own seals must verify
         judged = self.auth.judge(read_record(self.backend, shas))
         if self.ledger is not None:
-            window = set(shas)
-            mine = [v for v in self.ledger.verdicts() if v.sha in window]
-            judged, restore = with_ledger(judged, mine, self.own)
+            merged, restore = self._merge(judged, shas)
+            if any(i.reason == NOT_IN_LEDGER for i in merged.ignored):
+                # Another writer (`gitops-gpu rollback`) may have added it since our last read.
+                self.ledger.refresh(force=True)
+                merged, restore = self._merge(judged, shas)
+            judged = merged
             for status in restore:
                 self._restore(status)
         self.ignored = judged.ignored
         self._report(judged.ignored)
         return judged
+
+    def _merge(self, judged: Judged, shas: Sequence[str]) -> tuple[Judged, list[CommitStatus]]:
+        assert self.ledger is not None
+        window = set(shas)
+        mine = [v for v in self.ledger.verdicts() if v.sha in window]
+        return with_ledger(judged, mine, self.own)
 
     def _restore(self, status: CommitStatus) -> None:
         try:

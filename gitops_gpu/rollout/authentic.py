@@ -137,6 +137,9 @@ class Authenticator:
         return Judged(trusted, ignored)
 
 
+NOT_IN_LEDGER = "a verdict of this controller's stage that its ledger does not hold"
+
+
 def content(status: CommitStatus) -> tuple[str, str, str, str]:
     return (status.sha, status.context, str(status.state), status.description)
 
@@ -152,8 +155,7 @@ def with_ledger(
     ignored = list(judged.ignored)
     for status in judged.trusted:
         if own(status.context) and status.state in VERDICTS and content(status) not in kept:
-            reason = "a verdict of this controller's stage that its ledger does not hold"
-            ignored.append(Ignored(status, reason))
+            ignored.append(Ignored(status, NOT_IN_LEDGER))
         else:
             trusted.append(status)
     present = {content(s) for s in trusted}

@@ -252,10 +252,10 @@ def test_a_commit_annotation_on_a_live_object_is_no_proof_of_trust(
     """Patch rights on one NVIDIADriver used to be enough: annotate it with an unsigned commit
     before pushing it, and the controller took the commit as already running (trusted when
     applied). Only the controller's ledger of what it adopted counts now."""
-    alice = signers.gpg_key("alice")
-    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"alice": alice})
+    dora = signers.gpg_key("dora")  # a name no other test of the session made
+    keys = write_keys(tmp_path / "KEYS", signers, openpgp={"dora": dora})
     work = env.remote.work
-    first = signers.commit(work, "fast gates (alice)", alice, fast_gates())
+    first = signers.commit(work, "fast gates (dora)", dora, fast_gates())
     env.start_nodes()
     cfg = Config(
         repo=env.remote.url, cache_dir=tmp_path / "ctl", interval=0.3, verifier=Verifier(keys)

@@ -141,8 +141,24 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
     cluster = [r for r in roles if r["kind"] == "ClusterRole"]
     assert len(cluster) == 1 and len(cluster[0]["rules"]) <= 10
     # 11th: evicting stale operand pods; 12-14: smoke-test Jobs, their pods and pod logs, in
-    # one namespace only.
-    assert sum(len(r["rules"]) for r in roles) <= 14
+    # one namespace only; 15-18: the ledger ConfigMap and the seal key Secret (create, then
+    # get/update by name only).
+    assert sum(len(r["rules"]) for r in roles) <= 18
+    named = {
+        (res, tuple(rule.get("resourceNames", ())), tuple(rule["verbs"]))
+        for r in roles
+        if r["kind"] == "Role"
+        for rule in r["rules"]
+        for res in rule["resources"]
+        if res in ("configmaps", "secrets")
+    }
+    assert named == {
+        ("configmaps", ("gitops-gpu-control",), ("get",)),
+        ("configmaps", (), ("create",)),
+        ("configmaps", ("gitops-gpu-ledger",), ("get", "update")),
+        ("secrets", (), ("create",)),
+        ("secrets", ("gitops-gpu-record-key",), ("get",)),
+    }, named
     smoke = {
         (v, res, r["metadata"]["namespace"])
         for r in roles
