@@ -103,6 +103,11 @@ class Env:
         self.tb, self.remote, self.tmp = tb, remote, tmp
         self.operator = operator
         use_operator(tb, operator)
+        # A new fleet remote: an earlier Env's ledger would read it as rewritten history.
+        for item in tb.client.list("v1", "ConfigMap")["items"]:
+            meta = item["metadata"]
+            if meta["name"].startswith("gitops-gpu-ledger"):
+                tb.client.delete("v1", "ConfigMap", meta["name"], meta["namespace"])
         self.record = GitNotesBackend(str(remote.bare), remote=None)
         self.running: list[RunningController] = []
         self.sim = simulator.Simulator(
