@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gitops_gpu.rollout.record import approvals_from_record
 from gitops_gpu.rollout.seal import Keyring
 from gitops_gpu.rollout.status import (
     APPROVAL_CONTEXT_PREFIX,
     CONTEXT_PREFIX,
-    SUCCESS,
     VERDICTS,
     CommitStatus,
 )
@@ -58,15 +58,7 @@ class Judged:
 
     def approvals(self) -> frozenset[tuple[str, str]]:
         """(sha, stage) pairs whose latest trusted approval status is success."""
-        latest: dict[tuple[str, str], CommitStatus] = {}
-        for status in self.trusted:
-            if status.context.startswith(APPROVAL_CONTEXT_PREFIX):
-                latest[(status.sha, status.context)] = status
-        return frozenset(
-            (sha, context.removeprefix(APPROVAL_CONTEXT_PREFIX))
-            for (sha, context), status in latest.items()
-            if status.state == SUCCESS
-        )
+        return approvals_from_record(self.trusted)
 
 
 Membership = Callable[[str, str], bool]  # (team, user) -> the forge says user is in team

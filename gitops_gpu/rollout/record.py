@@ -35,6 +35,7 @@ class Record:
 
 def approvals_from_record(statuses: Iterable[CommitStatus]) -> frozenset[tuple[str, str]]:
     """(sha, stage) pairs whose latest ``gitops-gpu/approval/<stage>`` status is success.
+    Give it the trusted record (rollout/authentic.py's ``Judged.trusted``): it judges no one.
 
     `gitops-gpu approve <sha> <stage>` writes that status, so approvals survive restarts and can
     be given from any tool that can post a commit status; a later non-success status revokes it.
