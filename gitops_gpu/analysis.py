@@ -14,6 +14,7 @@ series the worst one counts. Outcomes (rollout/checks.py):
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -23,6 +24,7 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gitops_gpu import boundedhttp, peer_limits
 from gitops_gpu.fleet.compiled import MetricSpec, StageSpec
 from gitops_gpu.rollout.checks import AnalysisResult, AnalysisState
 
@@ -52,6 +54,7 @@ class _Answer:
 class Prometheus:
     def __init__(self, url: str, timeout: float = TIMEOUT) -> None:
         self.url, self.timeout = url.rstrip("/"), timeout
+        self._opener = boundedhttp.opener()  # a redirect is an error: set the final URL
 
     def query(self, expr: str, worst: str) -> _Answer:
         """One instant query; of several series the ``worst`` ("max"/"min") value."""
@@ -61,19 +64,30 @@ class Prometheus:
             data=data,
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
+        what = "Prometheus"
+        limits = peer_limits.current()
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            text = exc.read().decode("utf-8", "replace")
-            try:
-                err = json.loads(text)
-                message = f"{err.get('errorType', 'error')}: {err.get('error', text)}"
-            except ValueError:
-                message = f"HTTP {exc.code}: {text[:200]}"
-            return _Answer(None, message, error=exc.code in (400, 422))
-        except (OSError, ValueError) as exc:
+            with boundedhttp.deadline(min(self.timeout, limits.response_deadline)) as dl:
+                try:
+                    resp = boundedhttp.open_request(self._opener, req, self.timeout, dl, what)
+                except urllib.error.HTTPError as exc:
+                    with exc:
+                        text = boundedhttp.read_capped(exc, 4000, dl, what, truncate=True)
+                    return _refused(exc.code, text.decode("utf-8", "replace"))
+                with resp:
+                    raw = boundedhttp.read_capped(resp, limits.response_bytes, dl, what)
+            body = boundedhttp.parse_json(raw, what)
+        except boundedhttp.PeerLimitError as exc:
+            # too slow reads as unreachable (the stage waits); too large is the query's doing
+            return _Answer(
+                None, f"Prometheus answer refused: {exc}", error=exc.reason != "deadline"
+            )
+        except boundedhttp.PeerJSONError as exc:
+            return _Answer(None, f"Prometheus answer refused: {exc}", error=True)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             return _Answer(None, f"Prometheus unreachable: {exc}")
+        if not isinstance(body, dict):
+            return _Answer(None, "Prometheus answered with no data object", error=True)
         answer = body.get("data") or {}
         result, kind = answer.get("result") or [], answer.get("resultType")
         if kind == "scalar":
@@ -86,6 +100,16 @@ class Prometheus:
         if not values:
             return _Answer(None, "no data")
         return _Answer(max(values) if worst == "max" else min(values))
+
+
+def _refused(code: int, text: str) -> _Answer:
+    """Prometheus's error answer: its errorType and error for a query it refused."""
+    try:
+        err = json.loads(text)
+        message = f"{err.get('errorType', 'error')}: {err.get('error', text)}"
+    except (ValueError, AttributeError):
+        message = f"HTTP {code}: {text[:200]}"
+    return _Answer(None, message, error=code in (400, 422))
 
 
 def _text(value: float) -> str:

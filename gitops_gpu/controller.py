@@ -120,6 +120,8 @@ class Controller:
         self.clock = clock
         tags = cfg.verifier is not None and cfg.verifier.mode != "head"
         self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch, tags=tags)
+        refused = self.metrics.peer_refused
+        self.source.on_refused = lambda reason: refused.labels("git", reason).inc()
         # Default record: git notes in the controller's mirror, pushed to the fleet remote.
         self.backend = backend or make_backend(
             cfg.status_backend,

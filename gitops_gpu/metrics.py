@@ -115,6 +115,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.peer_refused = Counter(
+            "gitops_gpu_peer_refused_total",
+            "Answers from a network peer refused or partly skipped, by peer (git) and reason: "
+            "too_large, deadline, malformed, redirect, not_advertisement, http_status, "
+            "ref_name (ref names that are not UTF-8 skipped, per poll)",
+            ["peer", "reason"],
+            registry=r,
+        )
         self.unjudged = Counter(
             "gitops_gpu_commits_unjudged_total",
             "Commit checks deferred to the next pass by a git, apiserver or CRD error (no "

@@ -16,7 +16,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from gitops_gpu import timefmt
+from gitops_gpu import peer_limits, timefmt
+from gitops_gpu.errors import StatusBackendError
 from gitops_gpu.rollout.httpclient import (
     MAX_PAGES,
     HttpClient,
@@ -201,6 +202,7 @@ class ForgeBackend(StatusBackend):
     def _items(self, sha: str) -> list[Item]:
         """Every status item of the commit, oldest first (by id), without duplicates."""
         seen: dict[int, Item] = {}
+        cap = peer_limits.current().statuses
         url: str = self.dialect.list_path(check_sha(sha))
         query: Query | None = self.dialect.first_query()
         for _ in range(MAX_PAGES):
@@ -208,8 +210,21 @@ class ForgeBackend(StatusBackend):
                 reply = self._client.request("GET", url, query=query)
             except HttpStatusError as exc:
                 raise self.dialect.explain(exc, sha, posting=False) from None
+            if not isinstance(reply.data, list | type(None)):
+                raise StatusBackendError(
+                    f"{self.name}: the status listing of {sha[:12]} is not a list",
+                    fix="check that the status backend's API URL is the forge's API",
+                )
             for item in reply.data or ():
-                seen.setdefault(int(item["id"]), item)
+                if not isinstance(item, dict) or not isinstance(item.get("id"), int):
+                    continue  # not a status the forge would send: read as absent
+                seen.setdefault(item["id"], item)
+            if len(seen) > cap:
+                raise StatusBackendError(
+                    f"{self.name}: commit {sha[:12]} has more than {cap} statuses",
+                    fix="delete stale statuses on the forge, or raise --max-statuses; until "
+                    "then this commit's record cannot be read and its stages wait",
+                )
             following = self.dialect.next_page(reply, url, query, len(seen))
             if following is None:
                 break

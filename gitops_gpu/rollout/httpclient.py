@@ -9,6 +9,9 @@ Why not a dependency: four endpoints, JSON in and out; the stdlib does it. What 
   and delay (``Retry``; tests pass tiny delays). Other 4xx fail at once with a fix.
 - Pagination loops are bounded and callers de-duplicate by the provider's status id, because
   offset paging shifts when a status is created mid-read (notification-controller#1009).
+- Every answer is bounded (peer_limits): bytes read, JSON values parsed, and a total deadline
+  per request (boundedhttp), so a forge sending 150 MB or one byte every few seconds costs an
+  error on the gate, not memory or a hung pass. A limit passed is not retried.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gitops_gpu import boundedhttp, peer_limits
 from gitops_gpu.errors import StatusBackendError
 
 log = logging.getLogger(__name__)
@@ -59,12 +63,6 @@ class HttpStatusError(StatusBackendError):
     def __init__(self, message: str, *, fix: str = "", status: int = 0) -> None:
         super().__init__(message, fix=fix)
         self.status = status
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # urllib would replay the Authorization header to wherever a redirect points.
-    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
-        return None
 
 
 def check_sha(sha: str) -> str:
@@ -105,7 +103,7 @@ class HttpClient:
         self.retry = retry or Retry()
         self._timeout = timeout
         self._sleep = sleep
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._opener = boundedhttp.opener()  # follows no redirect: the token stays here
 
     def redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
@@ -129,18 +127,25 @@ class HttpClient:
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             retry_after: str | None = None
             try:
-                with self._opener.open(request, timeout=self._timeout) as reply:
-                    raw = reply.read()
-                    log.debug("%s %s %s -> %s", self.provider, method, shown, reply.status)
-                    lowered = {k.lower(): v for k, v in reply.headers.items()}
-                    return Response(reply.status, lowered, self._json(raw, method, shown))
-            except urllib.error.HTTPError as exc:
-                text = self.redact(exc.read(2000).decode("utf-8", "replace").strip())
-                problem = f"HTTP {exc.code} {self.redact(str(exc.reason))}: {text[:300]}"
-                code = exc.code
-                if exc.code != 429 and not 500 <= exc.code < 600:
-                    raise self._error(method, shown, exc.code, problem) from None
-                retry_after = exc.headers.get("Retry-After") if exc.headers else None
+                status, lowered, raw = self._exchange(request, method, shown)
+                if status < 300:
+                    return Response(status, lowered, self._json(raw, method, shown))
+                text = self.redact(raw.decode("utf-8", "replace").strip())
+                reason = http.client.responses.get(status, "")
+                problem = f"HTTP {status} {reason}: {text[:300]}"
+                code = status
+                if status != 429 and not 500 <= status < 600:
+                    where = lowered.get("location", "")
+                    if 300 <= status < 400 and where:
+                        problem += f" (a redirect to {_origin(where)})"
+                    raise self._error(method, shown, status, problem) from None
+                retry_after = lowered.get("retry-after")
+            except boundedhttp.PeerLimitError as exc:
+                raise HttpStatusError(
+                    self.redact(str(exc)),
+                    fix=f"the answer from {self._origin} passed a limit (--max-response-bytes, "
+                    "the response deadline): check the server; the pass will retry",
+                ) from None
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
                 problem = self.redact(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
                 code = 0
@@ -164,6 +169,25 @@ class HttpClient:
             status=code,
         )
 
+    def _exchange(
+        self, request: urllib.request.Request, method: str, shown: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        """(status, lower-cased headers, body) of one request, all of it read within the
+        response deadline; an error status's body is read only up to 2000 bytes."""
+        limits = peer_limits.current()
+        what = f"{self.provider}: {method} {shown}"
+        with boundedhttp.deadline(limits.response_deadline) as dl:
+            try:
+                reply = boundedhttp.open_request(self._opener, request, self._timeout, dl, what)
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    body = boundedhttp.read_capped(exc, 2000, dl, what, truncate=True)
+                    return exc.code, {k.lower(): v for k, v in (exc.headers or {}).items()}, body
+            with reply:
+                body = boundedhttp.read_capped(reply, limits.response_bytes, dl, what)
+                log.debug("%s %s %s -> %s", self.provider, method, shown, reply.status)
+                return reply.status, {k.lower(): v for k, v in reply.headers.items()}, body
+
     def _url(self, path_or_url: str, query: Mapping[str, str | int] | None) -> str:
         if "://" in path_or_url:
             if _origin(path_or_url) != self._origin:
@@ -184,7 +208,11 @@ class HttpClient:
         if not raw.strip():
             return None
         try:
-            return json.loads(raw)
+            return boundedhttp.parse_json(raw, f"{self.provider}: {method} {shown}")
+        except boundedhttp.PeerJSONError as exc:
+            raise StatusBackendError(
+                str(exc), fix=f"check that {self.base_url} is the {self.provider} API URL"
+            ) from None
         except ValueError:
             raise StatusBackendError(
                 f"{self.provider}: {method} {shown} returned a body that is not JSON",
@@ -200,6 +228,11 @@ class HttpClient:
             404: "check the repository in the status backend spec, and that the token from "
             f"{self._token_source} can see it",
         }
+        if 300 <= code < 400:
+            fixes[code] = (
+                "the API answered with a redirect, and the token is never sent on to another "
+                "URL: set the API URL to where it redirects"
+            )
         fix = fixes.get(code, "the provider refused the request; see its message above")
         return HttpStatusError(
             f"{self.provider}: {method} {shown}: {problem}", fix=fix, status=code

@@ -14,6 +14,7 @@ through environment variables only, never on a command line or in a log line.
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import logging
 import os
@@ -21,14 +22,16 @@ import re
 import shutil
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
+from gitops_gpu import peer_limits
 from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet import export
-from gitops_gpu.sync import refs
+from gitops_gpu.sync import gitproc, refs
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "GITOPS_GPU_GIT_TOKEN"
@@ -93,15 +96,19 @@ def credentials_env(url: str) -> tuple[dict[str, str], str | None]:
     """Environment for git carrying credentials; returns (env, secret to redact).
 
     The token (see ``authorization``) travels as an http.extraHeader through GIT_CONFIG_*
-    variables: never on disk, never on a command line."""
+    variables: never on disk, never on a command line. With it, git follows no redirect: after
+    one, git sends the extra header on to the origin it was sent to (its protocol-v2 POST does),
+    and the token must never leave the configured origin."""
     env: dict[str, str] = {"GIT_TERMINAL_PROMPT": "0"}
     header, token = authorization(url)
     if header is not None:
         env.update(
             {
-                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_COUNT": "2",
                 "GIT_CONFIG_KEY_0": "http.extraHeader",
                 "GIT_CONFIG_VALUE_0": f"Authorization: {header}",
+                "GIT_CONFIG_KEY_1": "http.followRedirects",
+                "GIT_CONFIG_VALUE_1": "false",
             }
         )
     key = os.environ.get(SSH_KEY_ENV)
@@ -140,6 +147,11 @@ class GitSource:
         self._head: str | None = None
         self._history: tuple[str | None, int, list[BranchCommit]] | None = None
         self._http_refs: bool | None = None  # refs read in-process (refs.py); None: not decided
+        # A ref read refused (too large, too slow, malformed, names skipped): reason -> count,
+        # and the controller's metric hook.
+        self.refused: collections.Counter[str] = collections.Counter()
+        self.on_refused: Callable[[str], None] | None = None
+        self._skipped_said: frozenset[bytes] = frozenset()
 
     # -- mirror ---------------------------------------------------------------------------------
     @property
@@ -159,7 +171,12 @@ class GitSource:
 
     def _git(self, *args: str) -> str:
         try:
-            out: str = self.repo.git.execute(["git", *args], env={**os.environ, **self._env})
+            out: str = self.repo.git.execute(
+                ["git", *args],
+                env={**os.environ, **self._env},
+                # a server dribbling a pack would hold the pass forever
+                kill_after_timeout=peer_limits.current().fetch_deadline,
+            )
         except git.GitCommandError as exc:
             reason = _redact(str(exc.stderr or exc).strip(), self._secret)
             raise SourceError(
@@ -182,13 +199,13 @@ class GitSource:
             *(["refs/tags/*"] if self.tags else []),
             *self.watched,
         ]
-        out = self._advertised(patterns)
-        if out is None:
-            out = self._git("ls-remote", self.url, *patterns)
+        found = self._advertised(patterns)
+        if found is None:
+            found = self._git_ls_remote(patterns)
         head, tags = None, []
         refs = dict.fromkeys(self.watched, "")
-        for line in out.splitlines():
-            sha, _, ref = line.partition("\t")
+        for sha, ref in found:
+            line = f"{sha}\t{ref}"
             if ref == f"refs/heads/{self.branch}":
                 head = sha
             elif ref.startswith("refs/tags/"):
@@ -203,10 +220,12 @@ class GitSource:
             )
         return head, "\n".join(sorted(tags))
 
-    def _advertised(self, patterns: list[str]) -> str | None:
-        """What `git ls-remote URL <patterns>` prints, read in-process where that is the same
-        thing (refs.usable); None: run git. A server that does not answer as a smart-HTTP
-        remote is left to git from then on; a network error to git this once (its error)."""
+    def _advertised(self, patterns: list[str]) -> list[tuple[str, str]] | None:
+        """(sha, ref) as `git ls-remote URL <patterns>` prints them, read in-process where that
+        is the same thing (refs.usable); None: run git. A server that does not answer as a
+        smart-HTTP remote (or redirects) is left to git from then on; a network error to git
+        this once (its error). A bounded read that fails (too large, too slow, malformed)
+        raises SourceError: the last fetched commits stay in use, git would fare no better."""
         if self._http_refs is None:
             config = self.repo.git.execute(["git", "config", "--list"])
             self._http_refs = refs.usable(self.url, str(config).splitlines())
@@ -216,12 +235,81 @@ class GitSource:
         try:
             advertised = refs.advertised(self.url, headers)
         except refs.RefsError as exc:
-            log.info("reading %s's refs with git from now on: %s", _redact(self.url, None), exc)
-            self._http_refs = False
-            return None
+            if exc.to_git:
+                self._refuse(exc.reason, f"reading its refs with git from now on: {exc}")
+                self._http_refs = False
+                return None
+            self._refuse(exc.reason, str(exc))
+            raise SourceError(
+                f"refs of {_redact(self.url, self._secret)} refused: {exc}",
+                fix="check the git server (or raise --max-refs-bytes / --refs-deadline); the "
+                "last fetched commits stay in use",
+            ) from None
         except OSError:
             return None
-        return "\n".join(f"{sha}\t{ref}" for sha, ref in refs.matching(advertised, patterns))
+        self._skipped(advertised.skipped)
+        return refs.matching(advertised.refs, patterns)
+
+    def _git_ls_remote(self, patterns: list[str]) -> list[tuple[str, str]]:
+        """`git ls-remote`, bounded like the in-process read and parsed as bytes."""
+        limits = peer_limits.current()
+        _ = self.repo  # the mirror: git reads its config, as `git ls-remote` in it would
+        try:
+            out = gitproc.run_bounded(
+                ["ls-remote", self.url, *patterns],
+                cwd=self.mirror_dir,
+                env={**os.environ, **self._env},
+                max_bytes=limits.refs_bytes,
+                deadline=limits.refs_deadline,
+            )
+        except gitproc.GitRunError as exc:
+            reason = _redact(exc.stderr or str(exc), self._secret)
+            fix = "check the remote URL, network and credentials"
+            if re.search(r"returned error: 30[12378]", reason) and self._authorization:
+                fix = (
+                    "the remote answered with a redirect, and a token is never sent on to "
+                    "another URL: set the fleet repo URL to where it redirects"
+                )
+            if exc.reason != "failed":
+                self._refuse(exc.reason, str(exc))
+                fix = "check the git server (or raise --max-refs-bytes / --refs-deadline)"
+            raise SourceError(
+                f"git ls-remote {_redact(self.url, self._secret)} failed: {reason}", fix=fix
+            ) from None
+        found, skipped = [], []
+        for line in out.splitlines():
+            sha, _, name = line.partition(b"\t")
+            ref = refs.ref_name(name)
+            if ref is None:
+                skipped.append(name)
+            else:
+                found.append((sha.decode("ascii", "replace"), ref))
+        self._skipped(tuple(skipped))
+        return found
+
+    def _refuse(self, reason: str, message: str) -> None:
+        self.refused[reason] += 1
+        if self.on_refused is not None:
+            self.on_refused(reason)
+        log.warning("refs of %s: %s", _redact(self.url, self._secret), message)
+
+    def _skipped(self, names: tuple[bytes, ...]) -> None:
+        """Ref names no branch we track can have: counted each poll, said when they change."""
+        if not names:
+            return
+        self.refused["ref_name"] += 1
+        if self.on_refused is not None:
+            self.on_refused("ref_name")
+        if frozenset(names) != self._skipped_said:
+            self._skipped_said = frozenset(names)
+            shown = ", ".join(repr(n)[2:-1] for n in names[:5])
+            log.warning(
+                "refs of %s: skipped %d ref names that are not UTF-8 or hold control "
+                "characters: %s",
+                _redact(self.url, self._secret),
+                len(names),
+                shown,
+            )
 
     def local_head(self) -> str | None:
         if self._head is None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gitops_gpu.errors import SourceError
+from gitops_gpu.sync import gitproc
 from gitops_gpu.sync.source import GitSource
 from gitops_gpu_dev.testbed.githttp import GitHTTP
 
@@ -46,6 +47,13 @@ def _counting_git(src: GitSource, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(self, command, *a, **kw)
 
     monkeypatch.setattr(type(src.repo.git), "execute", counting)
+    bounded = gitproc.run_bounded  # ls-remote runs outside GitPython, bounded
+
+    def counting_bounded(args: list[str], **kw: Any) -> bytes:
+        ran.append(args[0])
+        return bounded(args, **kw)
+
+    monkeypatch.setattr(gitproc, "run_bounded", counting_bounded)
     return ran
 
 
@@ -256,8 +264,9 @@ def test_in_process_refs_print_what_git_ls_remote_prints(
     git(work, "push", "-q", "origin", "--tags", "other")
     src = GitSource(url, tmp_path / "cache", tags=True)
     patterns = ["refs/heads/main", "refs/tags/*", "refs/notes/none", "other"]
-    ours = src._advertised(patterns)
-    assert ours is not None
+    found = src._advertised(patterns)
+    assert found is not None
+    ours = "\n".join(f"{sha}\t{ref}" for sha, ref in found)
     theirs = git(tmp_path, "ls-remote", url, *patterns)
     assert ours == theirs
     assert "refs/tags/v1^{}" in ours and "refs/heads/other" in ours

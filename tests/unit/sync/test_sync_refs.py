@@ -35,12 +35,12 @@ def test_parse_reads_every_ref_git_advertises(tmp_path: Path) -> None:
         text=True,
     ).stdout
     expected = {ref: sha for sha, ref in (line.split(" ", 1) for line in shown.splitlines())}
-    assert refs.parse(_advertisement(repo)) == expected
+    assert refs.parse(_advertisement(repo)).refs == expected
 
 
 def test_an_empty_repo_advertises_no_refs(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "e.git")], check=True)
-    assert refs.parse(_advertisement(tmp_path / "e.git")) == {}
+    assert refs.parse(_advertisement(tmp_path / "e.git")) == refs.Advertisement({})
 
 
 @pytest.mark.parametrize(
@@ -55,6 +55,36 @@ def test_an_empty_repo_advertises_no_refs(tmp_path: Path) -> None:
 def test_what_is_not_an_advertisement_says_so(body: bytes, error: str) -> None:
     with pytest.raises(refs.RefsError, match=error):
         refs.parse(body)
+
+
+def _pkt(payload: bytes) -> bytes:
+    return b"%04x" % (len(payload) + 4) + payload
+
+
+def test_a_ref_name_that_is_not_utf8_is_skipped_and_the_rest_read(tmp_path: Path) -> None:
+    # git accepts the name (a branch pushed as feature-\xff); nothing we track is named so.
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    run = ["git", "-C", str(repo), "-c", "user.email=t@x", "-c", "user.name=t"]
+    subprocess.run([*run, "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    subprocess.run([*run, "branch", b"feature-\xff".decode("utf-8", "surrogateescape")], check=True)
+    got = refs.parse(_advertisement(repo))
+    assert got.skipped == (b"refs/heads/feature-\xff",)
+    assert set(got.refs) == {"HEAD", "refs/heads/main"}
+
+
+def test_a_ref_name_with_a_newline_cannot_forge_another_ref() -> None:
+    # "x\n<sha>\trefs/heads/main" would read as a second line if names were joined as text.
+    forged = b"refs/heads/x\n" + b"f" * 40 + b"\trefs/heads/main"
+    body = SERVICE + _pkt(b"a" * 40 + b" refs/heads/main\0caps\n") + _pkt(b"b" * 40 + b" " + forged)
+    got = refs.parse(body + b"0000")
+    assert got.refs == {"refs/heads/main": "a" * 40}
+    assert got.skipped == (forged,)
+
+
+def test_sha256_object_names_are_read() -> None:
+    body = SERVICE + _pkt(b"c" * 64 + b" refs/heads/main\0caps\n") + b"0000"
+    assert refs.parse(body).refs == {"refs/heads/main": "c" * 64}
 
 
 def test_matching_is_git_ls_remote_tail_match() -> None:
