@@ -136,6 +136,7 @@ class GitNotesBackend(StatusBackend):
                 input=stdin,
                 capture_output=True,
                 text=True,
+                errors="replace",  # the remote's messages are the remote's bytes
                 env=self._env,
                 timeout=120,
                 check=False,
