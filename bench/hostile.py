@@ -1,7 +1,8 @@
 """Hostile input, measured from outside: every case of the regression corpus through
 `gitops-gpu check` (its own process: exit code, peak RSS from the kernel, wall time), then a
 `gitops-gpu controller` process on a small testbed under webhook abuse and hostile pushes (its
-peak RSS from /proc/PID/status VmHWM, passes from its /metrics).
+peak RSS from /proc/PID/status VmHWM, passes from its /metrics), then one whose git server,
+forge and webhook senders turn hostile (hostile_peers.py).
 
 Targets (issue: "No input stops the controller"): no traceback anywhere; check and the
 controller stay under 256 MiB above their baseline; unsigned or replayed posts start no pass.
@@ -30,6 +31,7 @@ sys.path.insert(0, str(HERE))
 
 from fleetbench import bench_env, git  # noqa: E402
 from hostile_cases import CASES  # noqa: E402
+from hostile_peers import controller_against_hostile_peers  # noqa: E402
 
 from gitops_gpu_dev import paths  # noqa: E402
 
@@ -237,6 +239,7 @@ def main() -> int:
     print(f"target: no traceback; < {EXTRA_LIMIT >> 20} MiB above baseline; abuse starts no pass")
     check_cases()
     controller_under_abuse()
+    controller_against_hostile_peers(failures)
     if failures:
         print("MISSED: " + "; ".join(failures))
         return 1

@@ -110,8 +110,11 @@ class Metrics:
         )
         self.webhook_rejected = Counter(
             "gitops_gpu_webhook_rejected_total",
-            "POST /webhook requests refused or ignored, by reason: signature, too_large, "
-            "malformed, timeout, busy, duplicate",
+            "Requests and connections to the HTTP endpoint refused or ignored, by reason: "
+            "signature, too_large, malformed, duplicate (POST /webhook); deadline (a request "
+            "not complete within --webhook-request-deadline), connections, per_source (over "
+            "--webhook-max-connections / --webhook-max-per-source, refused at accept), evicted "
+            "(a stalled connection dropped to make room), busy (the body budget is spent)",
             ["reason"],
             registry=r,
         )

@@ -15,7 +15,13 @@ from gitops_gpu.controller import Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, LeaseLock
 from gitops_gpu.metrics import Metrics
-from gitops_gpu.server import ControllerServer, Probes
+from gitops_gpu.server import (
+    MAX_CONNECTIONS,
+    MAX_PER_SOURCE,
+    REQUEST_DEADLINE,
+    ControllerServer,
+    Probes,
+)
 
 log = logging.getLogger("gitops_gpu.controller")
 
@@ -55,6 +61,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve /webhook without a secret: anyone who reaches the port can trigger passes "
         "(labs only)",
     )
+    p.add_argument(
+        "--webhook-max-connections",
+        type=limits_args.positive,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections to --metrics-addr, all peers together; past it a new one gets "
+        f"503 at once, unless a stalled one can be dropped for it ({MAX_CONNECTIONS})",
+    )
+    p.add_argument(
+        "--webhook-max-per-source",
+        type=limits_args.positive,
+        default=MAX_PER_SOURCE,
+        metavar="N",
+        help=f"open connections to --metrics-addr from one IP address ({MAX_PER_SOURCE})",
+    )
+    p.add_argument(
+        "--webhook-request-deadline",
+        type=duration,
+        default=REQUEST_DEADLINE,
+        metavar="DURATION",
+        help="a whole request (line, headers, body) to --metrics-addr must arrive within this, "
+        f"however steadily it trickles; past it the peer is dropped ({REQUEST_DEADLINE:g}s)",
+    )
     options.namespace(p)
     options.operator_namespace(p)
     p.add_argument(
@@ -92,6 +121,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--once", action="store_true", help="run one pass and exit")
     verify_args.add_arguments(p)
     limits_args.add_arguments(p)
+    limits_args.add_peer_arguments(p)
     p.set_defaults(func=_run)
 
 
@@ -99,6 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     heap.few_arenas()
     verifier = verify_args.verifier(args)  # a bad KEYS stops the start here, loudly
     limits_args.apply(args)
+    limits_args.apply_peer(args)
     if not args.retry_period < args.renew_deadline < args.lease_duration:
         raise GitopsGpuError(
             "leader election needs --retry-period < --renew-deadline < --lease-duration",
@@ -139,6 +170,9 @@ def _run(args: argparse.Namespace) -> int:
         ctl.trigger,
         secret,
         webhook_insecure=args.webhook_insecure,
+        max_connections=args.webhook_max_connections,
+        max_per_source=args.webhook_max_per_source,
+        request_deadline=args.webhook_request_deadline,
     ).start()
     stop = threading.Event()
 

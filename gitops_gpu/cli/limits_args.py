@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, attr, what in _FLAGS:
         p.add_argument(
             flag,
-            type=_positive,
+            type=positive,
             default=None,
             metavar="N",
             help=f"limit on {what} (default {getattr(defaults, attr)})",
@@ -42,7 +42,7 @@ def add_peer_arguments(p: argparse.ArgumentParser) -> None:
     for flag, attr, kind, what in _PEER_FLAGS:
         p.add_argument(
             flag,
-            type=_positive if kind is int else _positive_seconds,
+            type=positive if kind is int else positive_seconds,
             default=None,
             metavar="N",
             help=f"limit on {what} (default {getattr(defaults, attr)})",
@@ -54,7 +54,7 @@ def apply_peer(args: argparse.Namespace) -> None:
     peer_limits.configure(**{k: v for k, v in values.items() if v is not None})
 
 
-def _positive_seconds(text: str) -> float:
+def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -73,7 +73,7 @@ def attr_name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

@@ -136,7 +136,7 @@ def test_a_branch_name_that_is_not_utf8_stops_no_poll(
 def test_an_endless_ref_advertisement_is_cut_at_the_cap_and_the_commits_stay(
     remote: tuple[GitHTTP, Path], peers: list[hp.HostilePeer], tmp_path: Path, limits: None
 ) -> None:
-    server, work = remote
+    server, _work = remote
     peer = _peer(peers, hp.forward(server.url("")[:-1]))
     src = GitSource(f"{peer.base}/fleet.git", tmp_path / "cache")
     good = src.poll().head
@@ -183,7 +183,7 @@ def test_the_git_token_never_follows_a_redirect_to_another_origin(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server, work = remote
+    server, _work = remote
     sink = _peer(peers, hp.forward(server.url("")[:-1]))  # another port: another origin
     front = _peer(peers, hp.redirect(lambda path: sink.base + path))
     url = f"{front.base}/fleet.git"
@@ -201,7 +201,10 @@ def test_the_git_token_never_follows_a_redirect_to_another_origin(
     # git alone, with the environment the controller gives it (fleet remote and git notes)
     env, _ = credentials_env(url)
     ran = subprocess.run(
-        ["git", "ls-remote", url], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True
+        ["git", "ls-remote", url],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        check=False,
     )
     assert ran.returncode != 0 and sink.authorizations() == []
 
@@ -254,7 +257,7 @@ def test_many_small_json_values_are_refused_before_parsing(
     with pytest.raises(StatusBackendError, match="more than 5000 JSON objects"):
         _gitea(peer).list_statuses(SHA)
     deep = _peer(peers, hp.oversized("application/json", b"[" * 3000 + b"]" * 3000))
-    with pytest.raises(StatusBackendError, match="JSON objects|nested too deep"):
+    with pytest.raises(StatusBackendError, match="nested too deep"):
         _gitea(deep).list_statuses(SHA)
 
 
@@ -281,7 +284,7 @@ def test_pages_without_end_are_capped_in_statuses(
 def test_the_forge_token_never_follows_a_redirect(peers: list[hp.HostilePeer]) -> None:
     sink = _peer(peers, hp.oversized("application/json", b"[]"))
     front = _peer(peers, hp.redirect(lambda path: sink.base + path, status=307))
-    with pytest.raises(StatusBackendError, match="redirect to http://127.0.0.1") as err:
+    with pytest.raises(StatusBackendError, match=r"redirect to http://127\.0\.0\.1") as err:
         _gitea(front).list_statuses(SHA)
     assert "where it redirects" in err.value.fix
     assert sink.seen == [] and front.authorizations() == [f"token {TOKEN}"]

@@ -9,6 +9,7 @@ kept in ``seen`` (so a test can prove a token never arrived).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import urllib.error
@@ -41,7 +42,8 @@ class HostilePeer:
             def do_GET(self) -> None:
                 peer._serve(self)
 
-            do_POST = do_GET
+            def do_POST(self) -> None:
+                peer._serve(self)
 
             def log_message(self, *_args: object) -> None:
                 pass
@@ -69,10 +71,8 @@ class HostilePeer:
     def _serve(self, req: BaseHTTPRequestHandler) -> None:
         headers = {k.lower(): v for k, v in req.headers.items()}
         self.seen.append(Seen(req.command, req.path, headers))
-        try:
-            self.script(req, self)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up on us: that is the point
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.script(req, self)  # the client giving up on us is the point
         req.close_connection = True
 
 
