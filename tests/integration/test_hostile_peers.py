@@ -20,8 +20,12 @@ import pytest
 from gitops_gpu import peer_limits
 from gitops_gpu.analysis import Prometheus
 from gitops_gpu.errors import SourceError, StatusBackendError
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.gitea import GiteaBackend
+from gitops_gpu.rollout.github import GitHubBackend
+from gitops_gpu.rollout.gitlab import GitLabBackend
 from gitops_gpu.rollout.httpclient import Retry
+from gitops_gpu.rollout.status import CommitStatus
 from gitops_gpu.sync.source import TOKEN_ENV, GitSource, credentials_env
 from gitops_gpu_dev.testbed import hostile_peer as hp
 from gitops_gpu_dev.testbed.githttp import GitHTTP
@@ -281,13 +285,30 @@ def test_pages_without_end_are_capped_in_statuses(
     assert len(peer.seen) == 7  # 350 read, then it stopped
 
 
-def test_the_forge_token_never_follows_a_redirect(peers: list[hp.HostilePeer]) -> None:
+def _forge(kind: str, base: str) -> ForgeBackend:
+    retry = Retry(attempts=3, base_delay=0.01)
+    if kind == "github":
+        return GitHubBackend("o", "r", TOKEN, api_url=base, retry=retry)
+    if kind == "gitlab":
+        return GitLabBackend(base, "g/r", TOKEN, retry=retry)
+    return GiteaBackend(base, "o", "r", TOKEN, retry=retry)
+
+
+@pytest.mark.parametrize("kind", ["gitea", "github", "gitlab"])
+def test_the_forge_token_never_follows_a_redirect(peers: list[hp.HostilePeer], kind: str) -> None:
     sink = _peer(peers, hp.oversized("application/json", b"[]"))
     front = _peer(peers, hp.redirect(lambda path: sink.base + path, status=307))
+    backend = _forge(kind, front.base)
     with pytest.raises(StatusBackendError, match=r"redirect to http://127\.0\.0\.1") as err:
-        _gitea(front).list_statuses(SHA)
+        backend.list_statuses(SHA)
     assert "where it redirects" in err.value.fix
-    assert sink.seen == [] and front.authorizations() == [f"token {TOKEN}"]
+    assert backend.in_team("org/team", "someone") is False  # on doubt, not a member
+    with pytest.raises(StatusBackendError):
+        backend.set_status(CommitStatus(SHA, "gitops-gpu/canary", "success", "d"))
+    assert sink.seen == []  # never contacted, so no token there
+    # the configured origin did get it, on every request (Authorization or PRIVATE-TOKEN)
+    assert len(front.seen) == 3
+    assert all(any(TOKEN in v for v in seen.headers.values()) for seen in front.seen)
 
 
 # -- Prometheus -----------------------------------------------------------------------------------
