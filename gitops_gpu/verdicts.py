@@ -97,7 +97,7 @@ class Verdicts:
             log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)
             return None
         try:
-            result = run_preflight(path, commit=sha, crds_dir=crds)
+            result = run_preflight(path, commit=sha, crds_dir=crds, exported=True)
         except FleetError as exc:
             verdict = CommitVerdict(False, first_line(str(exc)), None)
         except (KubeError, SourceError) as exc:

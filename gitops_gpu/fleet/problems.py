@@ -17,6 +17,7 @@ from gitops_gpu.fleet.yamlio import Document, PathKey, dotted
 
 # Finding codes of load problems (the full list lives in gitops_gpu.preflight.findings).
 YAML_CODE, SHAPE_CODE, STAGE_CODE, REF_CODE = "GG001", "GG002", "GG003", "GG004"
+TREE_CODE = "GG005"  # an entry the controller cannot read where the fleet format reads (export.py)
 
 
 class RepoError(FleetError):

@@ -35,6 +35,16 @@ CODES: dict[str, tuple[Severity, str]] = {
         "a reference is broken: missing file, unknown cluster, pool name "
         "differs from its folder, pool without ClusterPolicy",
     ),
+    "GG005": (
+        Severity.ERROR,
+        "the tree holds an entry the controller cannot read where the fleet format reads "
+        "(a submodule, symlink, fifo, socket or device; an unsafe or non-UTF-8 path)",
+    ),
+    "GG006": (
+        Severity.INFO,
+        "an entry is skipped, as the controller skips it: a submodule, symlink or special file "
+        "outside what the fleet format reads, or an oversized file it never reads",
+    ),
     "GG010": (Severity.ERROR, "the merged ClusterPolicy does not conform to the CRD schema"),
     "GG011": (Severity.ERROR, "a compiled NVIDIADriver does not conform to the CRD schema"),
     "GG012": (Severity.ERROR, "the apiserver refused a server-side dry-run apply"),

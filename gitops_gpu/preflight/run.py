@@ -1,6 +1,8 @@
 """``run_preflight``: every check over one fleet repo checkout, as a list of findings.
 
-Order: load (stops at the first broken file set) -> compile -> CRD conformance -> compile
+Order: tree (the fleet files are exported by the controller's rules, fleet/export.py: a clean
+checkout is judged as its commit, a dirty one as its working tree) -> load (stops at the first
+broken file set) -> compile -> CRD conformance -> compile
 rules -> version matrix -> with ``base_rev``: immutable fields, blast radius and the plan ->
 with a cluster: live node overlap and a server-side dry-run. Usage/IO problems (no such
 directory, no CRDs, unknown revision, unreachable cluster) raise GitopsGpuError instead.
@@ -9,6 +11,7 @@ directory, no CRDs, unknown revision, unreachable cluster) raise GitopsGpuError 
 from __future__ import annotations
 
 import datetime
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any
 
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
+from gitops_gpu.fleet import export
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
@@ -65,6 +69,7 @@ def run_preflight(
     client_factory: live.ClientFactory | None = None,
     today: datetime.date | None = None,
     recipes_dir: Path | str | None = None,
+    exported: bool = False,
 ) -> PreflightResult:
     """Check the fleet repo at ``repo_path``.
 
@@ -73,6 +78,8 @@ def run_preflight(
     node-overlap check; ``kubeconfig`` (or ``client_factory``, a context -> client callable)
     reads them from the clusters and adds a server-side dry-run. ``recipes_dir`` (an AICR
     recipes/ directory) compares pools that name a recipe with it (preflight/recipe_check.py).
+    ``exported``: ``repo_path`` already is an export of the commit by fleet/export.py (the
+    controller's checkout), read as it is.
     """
     root = Path(repo_path)
     if not root.is_dir():
@@ -83,16 +90,30 @@ def run_preflight(
         )
     crds = load_crds(Path(crds_dir) if crds_dir else crd_source.from_env())
     sha = commit or history.head_commit(root) or "working-tree"
-    try:
-        repo = load_repo(root)
-    except RepoLoadError as exc:
-        found = [
-            Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix, field=e.field)
-            for e in exc.errors
-        ]
-        return PreflightResult(sort_findings(found), None)
+    # The loader reads an export, never the checkout itself: the same rules for submodules,
+    # symlinks, special files and sizes as the controller's export of the commit.
+    with tempfile.TemporaryDirectory(prefix="gitops-gpu-tree-") as tmp:
+        notes: list[Finding] = []
+        tree = root
+        if not exported:
+            try:
+                found_tree = export.export_tree(root, Path(tmp))
+            except TreeError as exc:
+                return PreflightResult([tree_finding(exc)], None)
+            tree = found_tree.root
+            notes = [
+                Finding.make("GG006", s.message, file=s.file, fix=s.fix) for s in found_tree.skipped
+            ]
+        try:
+            repo = load_repo(tree)
+        except RepoLoadError as exc:
+            found = [
+                Finding.make(e.code, e.message, file=e.file, line=e.line, fix=e.fix, field=e.field)
+                for e in exc.errors
+            ]
+            return PreflightResult(sort_findings(found + notes), None)
     compiled, conflicts = fleet_compile.compile_checked(repo, sha)
-    findings: list[Finding] = list(checks.conflicts(repo, conflicts))
+    findings: list[Finding] = notes + list(checks.conflicts(repo, conflicts))
     schema_findings = list(conformance.cluster_policies(repo, crds))
     findings += schema_findings
     findings += conformance.drivers(repo, compiled, crds, schema_findings)
@@ -132,6 +153,13 @@ def run_preflight(
         findings += base_findings
     return PreflightResult(
         sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes
+    )
+
+
+def tree_finding(exc: TreeError) -> Finding:
+    """The finding for a tree the export refuses (GG005; GG001 for sizes and reads)."""
+    return Finding.make(
+        exc.code, exc.message, file=exc.file, line=exc.line, field=exc.field, fix=exc.fix
     )
 
 

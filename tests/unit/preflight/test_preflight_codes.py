@@ -94,6 +94,22 @@ def test_gg004_pool_without_policy(tmp_path: Path) -> None:
     assert f.file == "nodepools/a/clusterpolicy.yaml" and "no ClusterPolicy" in f.message
 
 
+def test_gg005_symlinked_pool_file(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    (root / "shared.yaml").write_text("apiVersion: nvidia.com/v1\nkind: ClusterPolicy\n")
+    (root / "nodepools/a/clusterpolicy.yaml").symlink_to("../../shared.yaml")
+    (f,) = only(check(root), "GG005")
+    assert f.file == "nodepools/a/clusterpolicy.yaml" and "is a symlink" in f.message
+
+
+def test_gg006_symlink_outside_fleet_files_is_a_note(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    (root / "docs").mkdir()
+    (root / "docs/base.yaml").symlink_to("../base/clusterpolicy.yaml")
+    (f,) = only(check(root), "GG006")
+    assert f.file == "docs/base.yaml" and f.message == "symlink, ignored"
+
+
 def test_gg010_schema_error_points_at_the_base(tmp_path: Path) -> None:
     base = minimal_base()
     base["spec"]["toolkit"]["enabled"] = "yes"
