@@ -146,6 +146,11 @@ class Run:
             self.failures.append(name)
 
 
+def empty_commit(work: Path, message: str) -> None:
+    git(work, "commit", "-q", "--allow-empty", "-m", message)
+    git(work, "push", "-q", "origin", "main")
+
+
 def case(run: Run, name: str, act: Callable[[], str], passes: int = 2, limit: float = 60) -> None:
     t = time.perf_counter()
     outcome = act()
@@ -199,7 +204,7 @@ def controller_against_hostile_peers(failures: list[str]) -> None:
 
             def bad_name() -> str:
                 git(b.work, "push", "-q", "origin", "HEAD:refs/heads/feature-\udcff")
-                b.commit("after the bad name")
+                empty_commit(b.work, "after the bad name")
                 run.wait_passes(3, 60)
                 n = metric(port, "gitops_gpu_peer_refused_total", 'reason="ref_name"')
                 return f"{n:.0f} polls skipped the name; passes go on"
@@ -229,17 +234,22 @@ def controller_against_hostile_peers(failures: list[str]) -> None:
                 leaked = [a for a in sink.authorizations() if TOKEN in _basic(a)]
                 if leaked or sink.authorizations():
                     failures.append(f"token sent to another origin: {sink.authorizations()}")
-                return f"302 to another port: {len(sink.authorizations())} Authorization there"
+                return (
+                    f"302 to another port: {len(sink.seen)} requests, "
+                    f"{len(sink.authorizations())} Authorization there"
+                )
 
             case(run, "redirect of the fleet remote", moved)
             front.script = hp.forward(f"http://127.0.0.1:{served.port}")
 
             def forge_huge() -> str:
                 item = {"id": 1, "status": "success", "context": "x", "description": "d" * 1000}
+                start = len(forge.seen)
                 huge.append(json.dumps([item] * 140_000).encode())  # ~150 MB
-                b.commit("a commit to post statuses on")
+                empty_commit(b.work, "a commit to post statuses on")
                 run.wait_passes(3, 90)
-                return f"status list of {len(huge[0]) >> 20} MiB refused at 8 MiB"
+                asked = sum(1 for seen in forge.seen[start:] if seen.method == "GET")
+                return f"{asked} listings of {len(huge[0]) >> 20} MiB refused at 8 MiB"
 
             case(run, "forge status list of 150 MB", forge_huge)
             huge.clear()
@@ -255,7 +265,7 @@ def controller_against_hostile_peers(failures: list[str]) -> None:
                 for s in socks:
                     s.close()
                 run.row(
-                    f"{count} slow webhook senders ({len(socks)} connected)",
+                    f"{count} slow webhook senders ({len(socks)} opened)",
                     f"valid delivery 202 in {served_in:.2f}s (target < {WEBHOOK_TARGET:g}s)",
                     time.perf_counter() - t,
                     served_in < WEBHOOK_TARGET and probes,
