@@ -18,6 +18,7 @@ from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.execute import cluster_error
+from gitops_gpu.fleet import windows
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.observe import Observer
 from gitops_gpu.rollout import span
@@ -119,8 +120,9 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
     pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
     history = [c.sha for c in _history]
     trusted = trusted_record(ctl, history, compiled)
+    now = ctl.clock()
     stages = [
-        _stage(trusted, stage, pools, health, pool_clusters if many else None)
+        _stage(now, trusted, stage, pools, health, pool_clusters if many else None)
         for stage in compiled.stages
     ]
     ignored = [
@@ -161,6 +163,7 @@ def _observe(
 
 
 def _stage(
+    now: float,
     trusted: Record,
     stage: StageSpec,
     pools: Mapping[str, PoolObservation],
@@ -174,6 +177,8 @@ def _stage(
         "commit": commit,
         "state": verdict.state if verdict else None,
         "description": verdict.description if verdict else "",
+        # "" when it may move at any time; else why not now, or until when it may.
+        "window": "" if stage.windows.always_open else windows.state(stage.windows, now).reason,
     }
     if pool_clusters is None:
         entry["pools"] = [_pool(p, health.get(p)) for p in stage.pools]

@@ -99,6 +99,8 @@ def _status(args: argparse.Namespace) -> int:
     for e in report.stages:
         commit = (e["commit"] or "-")[:12]
         print(f"stage {e['stage']:12} {commit:12} {e['state'] or '-':8} {e['description']}")
+        if e["window"]:
+            print(f"  window: {e['window']}")
         for p in e["pools"]:
             line = (
                 f"  pool {p['pool']:14} {p['healthy']}/{p['total']} nodes healthy ({p['health']})"

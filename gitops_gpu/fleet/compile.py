@@ -16,7 +16,7 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import lowering, policy
+from gitops_gpu.fleet import lowering, policy, windows
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -28,7 +28,7 @@ from gitops_gpu.fleet.compiled import (
 )
 from gitops_gpu.fleet.loader import FleetRepo, PoolSource
 from gitops_gpu.fleet.merge import origin
-from gitops_gpu.fleet.models import SmokeTest
+from gitops_gpu.fleet.models import SmokeTest, StageWindows
 from gitops_gpu.fleet.yamlio import PathKey, dotted
 
 
@@ -63,6 +63,10 @@ def compile_fleet(repo: FleetRepo, commit: str) -> CompiledFleet:
 def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[Conflict]]:
     """Compile and report disagreements instead of raising; with conflicts the ClusterPolicy
     takes the first pool's (by name) value, so the rest of preflight can still run."""
+    freezes = tuple(
+        windows.Freeze(f.start.timestamp(), f.to.timestamp(), f.reason)
+        for f in repo.fleet.spec.freezes
+    )
     stages = tuple(
         StageSpec(
             name=s.name,
@@ -85,6 +89,7 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
                 on_no_data=s.gate.on_no_data,
             ),
             on_failure=s.on_failure,
+            windows=stage_windows(s.windows, freezes),
         )
         for s in repo.fleet.spec.stages
     )
@@ -104,6 +109,19 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
         clusters=clusters,
         allow_mass_pool_removal=repo.fleet.spec.allow_mass_pool_removal,
     ), conflicts
+
+
+def stage_windows(
+    spec: StageWindows | None, freezes: tuple[windows.Freeze, ...]
+) -> windows.Windows:
+    if spec is None:
+        return windows.Windows(freezes=freezes)
+    return windows.Windows(
+        timezone=spec.timezone,
+        allow=tuple(windows.Recurrence(w.schedule, w.duration) for w in spec.allow),
+        deny=tuple(windows.Recurrence(w.schedule, w.duration) for w in spec.deny),
+        freezes=freezes,
+    )
 
 
 def _smoke_spec(smoke: SmokeTest | None) -> SmokeTestSpec | None:

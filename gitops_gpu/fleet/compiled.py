@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitops_gpu.fleet.windows import Windows
+
 Manifest = Mapping[str, Any]
 
 
@@ -59,6 +61,8 @@ class StageSpec:
     # Set only on a stage's part in one cluster when its pools span clusters (rollout/span.py):
     # ``pools`` then holds that cluster's pools, recorded under gitops-gpu/stage/<name>/<cluster>.
     cluster: str | None = None
+    # When it may adopt a commit or start a node batch: its windows and the fleet's freezes.
+    windows: Windows = field(default_factory=Windows)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,6 +24,8 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from gitops_gpu.fleet import windows
 
 API_VERSION = "gitops-gpu.io/v1alpha1"
 DEFAULT_CLUSTER = "default"
@@ -282,11 +285,64 @@ class Gate(_Model):
             raise ValueError("approvers are named but approval is not 'required': set both")
 
 
+class WindowEntry(_Model):
+    """One recurring window: a 5-field cron or an ``RRULE:`` line, and how long it lasts."""
+
+    schedule: StrictStr
+    duration: Duration
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        try:
+            windows.check(windows.Windows(allow=(windows.Recurrence(v, 3600.0),)))
+        except windows.WindowError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("a window must last longer than 0s")
+        return v
+
+
+class StageWindows(_Model):
+    """When a stage may adopt a commit and start node batches (docs/rollout.md, "Windows")."""
+
+    timezone: StrictStr = "UTC"
+    allow: list[WindowEntry] = Field(default_factory=list)
+    deny: list[WindowEntry] = Field(default_factory=list)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        try:
+            windows.check(windows.Windows(timezone=v))
+        except windows.WindowError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+
+class FreezeEntry(_Model):
+    """An absolute range in which no stage adopts anything (a launch, the year end)."""
+
+    start: AwareDatetime = Field(alias="from")
+    to: AwareDatetime
+    reason: StrictStr = Field(min_length=1)
+
+    def model_post_init(self, _: Any) -> None:
+        if self.to <= self.start:
+            raise ValueError("a freeze ends after it starts: 'to' must be later than 'from'")
+
+
 class Stage(_Model):
     name: StrictStr
     pools: list[StrictStr] = Field(min_length=1)
     gate: Gate = Field(default_factory=Gate)
     on_failure: Literal["hold", "rollback"] = "hold"
+    windows: StageWindows | None = None
 
     @field_validator("name")
     @classmethod
@@ -303,6 +359,8 @@ class FleetSpec(_Model):
     # A commit that removes more than half the pools of a cluster is refused (GG041) unless
     # this says it is meant (docs/rollout.md, "Removing pools").
     allow_mass_pool_removal: StrictBool = False
+    # Fleet-wide holds: no stage adopts a commit or starts a node batch inside one.
+    freezes: list[FreezeEntry] = Field(default_factory=list)
 
 
 class Fleet(_Model):

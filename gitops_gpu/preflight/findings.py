@@ -128,6 +128,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "GG040": (Severity.INFO, "the base revision could not be compared"),
     "GG060": (Severity.ERROR, "a gate metric query does not parse as PromQL"),
+    "GG070": (
+        Severity.ERROR,
+        "a stage's window never opens in the next 4 years (deny entries or freezes cover it)",
+    ),
+    "GG071": (Severity.INFO, "when a stage with windows or a freeze next opens"),
     "GG061": (Severity.WARNING, "promtool is not installed: gate metric queries were not parsed"),
 }
 

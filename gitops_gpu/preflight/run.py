@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from gitops_gpu.preflight import (
     recipe_check,
     recipe_live,
     removals,
+    windows_check,
 )
 from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
 from gitops_gpu.preflight.plan import Plan, make_plan
@@ -70,6 +72,7 @@ def run_preflight(
     today: datetime.date | None = None,
     recipes_dir: Path | str | None = None,
     exported: bool = False,
+    now: float | None = None,
 ) -> PreflightResult:
     """Check the fleet repo at ``repo_path``.
 
@@ -79,7 +82,7 @@ def run_preflight(
     reads them from the clusters and adds a server-side dry-run. ``recipes_dir`` (an AICR
     recipes/ directory) compares pools that name a recipe with it (preflight/recipe_check.py).
     ``exported``: ``repo_path`` already is an export of the commit by fleet/export.py (the
-    controller's checkout), read as it is.
+    controller's checkout), read as it is. ``now``: when stage windows are judged from.
     """
     root = Path(repo_path)
     if not root.is_dir():
@@ -124,6 +127,7 @@ def run_preflight(
     findings += checks.auto_upgrade_unset(repo)
     findings += operand_checks.rolling_update(repo, compiled)
     findings += promql.metric_queries(repo)
+    findings += windows_check.stage_windows(repo, compiled, time.time() if now is None else now)
 
     factory = client_factory or (live.kube_factory(kubeconfig) if kubeconfig else None)
     contexts = live.missing_contexts(repo, kubeconfig) if kubeconfig else []

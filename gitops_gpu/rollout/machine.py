@@ -19,8 +19,14 @@ Per stage, in order:
    for one commit). Otherwise, if the pools do not all carry the target yet: ``AdoptCommit``.
    Apart from that pending, a status for the target is written only once its pools report it
    (argo-cd#16601: never judge a commit by nodes running another).
+   With the stage's window closed (``windows``, the fleet's ``freezes``: fleet/windows.py), a
+   commit its pools do not carry yet gets pending "waiting for window: opens ..." and nothing is
+   applied; mid-rollout, no ``AdoptCommit`` is issued (no new node label batch or operand
+   eviction starts; what the operator already started finishes), nor a drift heal. A rollback is
+   never held by a window: it undoes a failure.
 5. The gate: too many degraded nodes -> ``failure``; not converged -> pending "rolling out"
-   (``failure`` once the stretch exceeds the timeout); converged -> pending "soaking" until the
+   (``failure`` once the stretch exceeds the timeout, counting only time the window was open);
+   converged -> pending "soaking" until the
    soak has passed; then ``success`` (pending "awaiting approval" only if the approval was
    revoked after adoption). With ``gate.smokeTest``, converged is followed by pending "smoke
    testing" while one pod per node runs (one failed pod fails the stage; rollout/checks.py);
@@ -36,6 +42,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gitops_gpu.fleet import windows
 from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.rollout import span
 from gitops_gpu.rollout.actions import (
@@ -71,6 +78,7 @@ from gitops_gpu.rollout.status import (
 
 MAX_STATUSES = 10  # per commit and context, a verdict included
 MAX_RELAPSES = 3  # converged, then not: a stage that keeps falling back fails
+_ALWAYS_OPEN = windows.WindowState(True, "", None, None)
 
 
 def short(sha: str) -> str:
@@ -163,14 +171,54 @@ def _stage_step(
         # Approval comes before adoption: nothing of the commit reaches these pools yet.
         return superseded + _await_rollout_approval(stage, target, inp, record)
     actions: list[Action] = []
+    window = _window(stage, inp.now)
     if approved and not (view.on_commit and view.in_sync):
-        actions.append(AdoptCommit(name, target))  # also heals drift on a finished stage
+        if window.open:
+            actions.append(AdoptCommit(name, target))  # also heals drift on a finished stage
+        elif not view.on_commit:
+            return superseded + _await_window(stage, target, inp, record, window)
+        else:  # closed mid-rollout: what the operator started finishes, no new batch starts
+            actions.append(Wait(f"{name}: no new node batch, {window.reason}"))
     actions.extend(superseded)
     if not view.on_commit:
         actions.append(Wait(f"{name}: applying {short(target)}"))
     elif state != SUCCESS:
         actions.extend(_gate(stage, target, view, inp, record))
     return actions
+
+
+def _window(stage: StageSpec, now: float) -> windows.WindowState:
+    if stage.windows.always_open:
+        return _ALWAYS_OPEN
+    return windows.state(stage.windows, now)
+
+
+def _open_time(stage: StageSpec, start: float, now: float) -> float:
+    """Time a gate timeout counts: only while the stage's window is open (a closed night never
+    fails a stage). Soaks count wall time: health must hold overnight too."""
+    if stage.windows.always_open:
+        return now - start
+    return windows.open_seconds(stage.windows, start, now)
+
+
+def _await_window(
+    stage: StageSpec,
+    target: str,
+    inp: RolloutInput,
+    record: Record,
+    window: windows.WindowState,
+) -> list[Action]:
+    """Pending "waiting for window", written once; nothing of the commit is applied yet."""
+    name, context = stage.name, span.part_context(stage)
+    latest = record.latest(target, context)
+    mark = read_mark(latest) if latest is not None else None
+    out: list[Action] = []
+    if mark is None or mark.phase is not Phase.AWAITING_WINDOW:
+        detail = window.reason.removeprefix("waiting for window: ")
+        text = pending_description(name, Phase.AWAITING_WINDOW, whole_seconds(inp.now), detail)
+        out.append(SetStatus(target, context, PENDING, text))
+    out.append(Wait(f"{name}: {short(target)} {window.reason}"))
+    return out
 
 
 def _await_rollout_approval(
@@ -198,8 +246,8 @@ def _gate(
     name, context, gate, now = stage.name, span.part_context(stage), stage.gate, inp.now
     latest = record.latest(target, context)
     mark = read_mark(latest) if latest is not None else None
-    if mark is not None and mark.phase is Phase.AWAITING_ROLLOUT_APPROVAL:
-        mark = None  # approved and adopted since: the gate starts afresh
+    if mark is not None and mark.phase in (Phase.AWAITING_ROLLOUT_APPROVAL, Phase.AWAITING_WINDOW):
+        mark = None  # approved or opened, and adopted since: the gate starts afresh
     phase = mark.phase if mark is not None else None
     cause = f": {view.first_failure}" if view.first_failure else ""
 
@@ -219,7 +267,7 @@ def _gate(
         if phase is not None and phase is not Phase.ROLLING_OUT:
             relapses += 1  # converged before, not any more: this pass is a relapse
         timeout = gate.timeout_seconds
-        if timeout is not None and now - adopted >= timeout:
+        if timeout is not None and _open_time(stage, adopted, now) >= timeout:
             again = f" ({relapses} relapses)" if relapses else ""
             text = (
                 f"{name}: not converged after {format_duration(timeout)}{again}: "
@@ -341,7 +389,7 @@ def _analysis_gate(
         return _fail(stage, target, f"{name}: metric {result.detail}", inp, record)
     adopted, _ = _adoption(record.history(target, span.part_context(stage)), inp.now)
     timeout = gate.timeout_seconds
-    if timeout is not None and inp.now - adopted >= timeout:
+    if timeout is not None and _open_time(stage, adopted, inp.now) >= timeout:
         text = f"{name}: no metric data after {format_duration(timeout)}: {result.detail}"
         return _fail(stage, target, text, inp, record)
     return [Wait(f"{name}: {short(target)} soaked, waiting for metric data: {result.detail}")]

@@ -5,6 +5,7 @@ A stage's ``pending`` status says which phase it is in and since when, e.g.
     canary: rolling out since 2025-03-02T14:00:00Z; 1/2 nodes on 580.126.20
     canary: soaking 10m since 2025-03-02T14:03:22Z; 2/2 nodes on 580.126.20
     production: awaiting approval to roll out since 2025-03-02T14:20:00Z; runs 1a2b3c4
+    training: waiting for window since 2025-03-02T14:20:00Z; opens Tue 02:00 Europe/Berlin (in 5h)
 
 The timestamp is the controller's own clock (the ``now`` the pass was given), so soak and timeout
 survive a restart without trusting the git server's clock, and every backend keeps it (the
@@ -34,10 +35,13 @@ class Phase(StrEnum):
     AWAITING_APPROVAL = "awaiting approval"  # soaked; waiting for `gitops-gpu approve`
     # `approval: required`: nothing of the commit is applied to the stage until approved.
     AWAITING_ROLLOUT_APPROVAL = "awaiting approval to roll out"
+    # `windows`/`freezes`: nothing of the commit is applied until the stage's window opens.
+    AWAITING_WINDOW = "waiting for window"
 
 
 _MARK = re.compile(
-    r": (rolling out|smoke testing|soaking|awaiting approval to roll out|awaiting approval)\b[^;]*?"
+    r": (rolling out|smoke testing|soaking|awaiting approval to roll out|awaiting approval"
+    r"|waiting for window)\b[^;]*?"
     r" since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"
 )
 

@@ -310,6 +310,71 @@ def test_gg042_rolling_update_reaches_every_pool_at_once(tmp_path: Path) -> None
     assert not [f for f in check(root) if f.code == "GG042"]
 
 
+NOW = datetime.datetime(2026, 12, 2, 12, tzinfo=datetime.UTC).timestamp()  # a Wednesday
+
+
+def _windowed(tmp_path: Path, windows: dict[str, Any]) -> Path:
+    return write_repo(
+        tmp_path, {"a": H100}, stages=[{"name": "all", "pools": ["a"], "windows": windows}]
+    )
+
+
+def test_gg070_a_window_that_never_opens(tmp_path: Path) -> None:
+    tuesdays = {"schedule": "0 2 * * 2", "duration": "1h"}
+    always = {"schedule": "0 0 * * *", "duration": "24h"}
+    root = _windowed(tmp_path, {"allow": [tuesdays], "deny": [always]})
+    (f,) = only(check(root, now=NOW), "GG070")
+    assert f.file == "fleet.yaml" and f.field == "spec.stages[all].windows"
+    assert f.line == line_of(root / "fleet.yaml", "windows:")
+    assert "never opens in the next 4 years" in f.message and "deny" in f.fix
+
+
+def test_gg071_says_when_a_stage_opens_next(tmp_path: Path) -> None:
+    root = _windowed(
+        tmp_path,
+        {"timezone": "Europe/Berlin", "allow": [{"schedule": "0 2 * * 2", "duration": "4h"}]},
+    )
+    (f,) = only(check(root, now=NOW), "GG071")
+    # Wednesday 13:00 Berlin: the next Tuesday 02:00 is 5 days and 13 hours away.
+    assert f.message == "stage all: waiting for window: opens Tue 02:00 Europe/Berlin (in 5d13h)"
+    assert not [x for x in check(root, now=NOW) if x.severity == "error"]
+
+
+@pytest.mark.parametrize(
+    ("windows", "field", "needle"),
+    [
+        ({"timezone": "Mars/Olympus"}, "spec.stages.0.windows.timezone", "Mars/Olympus"),
+        (
+            {"allow": [{"schedule": "0 2 * *", "duration": "1h"}]},
+            "spec.stages.0.windows.allow.0.schedule",
+            "5 fields",
+        ),
+        (
+            {"allow": [{"schedule": "0 2 * * *", "duration": "0s"}]},
+            "spec.stages.0.windows.allow.0.duration",
+            "longer than 0s",
+        ),
+    ],
+)
+def test_gg002_malformed_windows(
+    tmp_path: Path, windows: dict[str, Any], field: str, needle: str
+) -> None:
+    root = _windowed(tmp_path, windows)
+    (f,) = only(check(root, now=NOW), "GG002")
+    assert f.file == "fleet.yaml" and needle in f.message, f.text()
+
+
+def test_gg002_a_freeze_that_ends_before_it_starts(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100})
+    fleet = root / "fleet.yaml"
+    fleet.write_text(
+        fleet.read_text()
+        + '  freezes:\n  - {from: "2027-01-04T00:00:00Z", to: "2026-12-20T00:00:00Z", reason: x}\n'
+    )
+    (f,) = only(check(root, now=NOW), "GG002")
+    assert "'to' must be later than 'from'" in f.message and f.file == "fleet.yaml"
+
+
 def _driver(tmp_path: Path, product: str, **driver: Any) -> list[Finding]:
     root = write_repo(
         tmp_path, {"a": {"gpu": {"product": product}}}, overlays={"a": overlay({"driver": driver})}
