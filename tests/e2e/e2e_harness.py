@@ -27,7 +27,9 @@ from gitops_gpu_dev.testbed import nodes, operator, operator_build, simulator
 from gitops_gpu_dev.testbed.reports import SnapshotReports
 from gitops_gpu_dev.testbed.session import Testbed
 
-FAST_GATE = {"soak": "1s", "timeout": "60s"}
+# The timeout only bounds a stall: on a loaded 2-core machine the real operator has taken over
+# a minute to restart one toolkit pod, which a 60s gate read as a failed stage.
+FAST_GATE = {"soak": "1s", "timeout": "180s"}
 OPERATOR = os.environ.get("GITOPS_GPU_E2E_OPERATOR", "real")
 
 
