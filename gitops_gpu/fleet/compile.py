@@ -261,5 +261,4 @@ def _pool_target(
         node_labels=labels,
         driver=driver,
         driver_version=version if isinstance(version, str) else None,
-        unavailable_nodes=spec.unavailable_nodes,
     )
