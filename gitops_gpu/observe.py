@@ -13,7 +13,7 @@ from typing import Any
 
 from gitops_gpu import names, timefmt
 from gitops_gpu.components import evidence, ladder, nfd, signals
-from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth, aggregate
+from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import PassSnapshot, Snapshot, holds
@@ -26,6 +26,9 @@ Obj = dict[str, Any]
 # changed: a safety net; the times a verdict can change with no object changing (the report
 # going stale, the NFD grace of a new node) end its validity exactly.
 MEMO_MAX_AGE = 300.0
+# An unavailable node's verdict names how long it has been so ("NotReady since 12m"): judged
+# again at least this often (there are few such nodes).
+UNAVAILABLE_MAX_AGE = 60.0
 
 
 @dataclass(frozen=True)
@@ -98,13 +101,17 @@ class Observer:
                     verdicts[name] = self._node(compiled.commit, pool, target, node, snap)
             # A heartbeat keeps a node's health object: then the pool's is kept too.
             same = all(verdicts[n].health is memo.verdicts[n].health for n in touched)
-            health = memo.health if same else aggregate(pool, [v.health for v in verdicts.values()])
+            health = (
+                memo.health
+                if same
+                else ladder.aggregate_pool(target, [v.health for v in verdicts.values()])
+            )
         else:
             verdicts = {
                 node["metadata"]["name"]: self._node(compiled.commit, pool, target, node, snap)
                 for node in members
             }
-            health = aggregate(pool, [v.health for v in verdicts.values()])
+            health = ladder.aggregate_pool(target, [v.health for v in verdicts.values()])
         if verdicts:
             until = min(v.valid_until for v in verdicts.values())
             self._pools[pool] = _PoolMemo(
@@ -125,7 +132,10 @@ class Observer:
         if memo is None or memo.key != key or snap.now >= memo.valid_until:
             ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
             until, fresh = _validity(node, report, snap.now)
-            memo = _Verdict(key, report, fresh, until, ladder.walk(ev, target))
+            verdict = ladder.walk(ev, target)
+            if verdict.unavailable is not None:  # "NotReady since 12m" says the time
+                until = min(until, snap.now + timedelta(seconds=UNAVAILABLE_MAX_AGE))
+            memo = _Verdict(key, report, fresh, until, verdict)
         self._verdicts[name] = memo
         return memo
 
@@ -164,13 +174,17 @@ class Observer:
                     nodes_healthy=ph.count(Health.HEALTHY),
                     nodes_unhealthy=ph.count(Health.DEGRADED),
                     nodes_progressing=ph.count(Health.PROGRESSING),
+                    nodes_unavailable=ph.unavailable,
+                    unavailable_kinds=ph.unavailable_kinds,
                     first_failure=ph.first_failure,
                     summary=f"on {version}" if version else "",
                 )
                 if ops is not None and ops.operands.daemonsets:
                     live_spec = ops.live_policy_specs.get(target_cluster.name)
                     expects = live_spec == target_cluster.cluster_policy["spec"]
-                    state, _ = operands.pool_state(ops.operands, members, expects, ops.refused)
+                    # A skipped node's operand pods are caught up when it returns, not waited for.
+                    available = _without_skipped(members, ph)
+                    state, _ = operands.pool_state(ops.operands, available, expects, ops.refused)
                     just_applied = ops.settling and commit == ops.live_commit
                     if expects and just_applied and not state.behind:
                         waiting = "operands: the operator is reconciling the ClusterPolicy"
@@ -185,6 +199,13 @@ class Observer:
 
 def _names(members: Sequence[Obj]) -> frozenset[str]:
     return frozenset(n["metadata"]["name"] for n in members)
+
+
+def _without_skipped(members: Sequence[Obj], ph: PoolHealth) -> Sequence[Obj]:
+    if not ph.unavailable:
+        return members
+    skipped = {n.node for n in ph.nodes if n.health is Health.SKIPPED}
+    return [n for n in members if n["metadata"]["name"] not in skipped]
 
 
 def fold_operands(obs: PoolObservation, pool: operands.PoolOperands) -> PoolObservation:
@@ -213,6 +234,8 @@ def _heartbeat(memo: _Verdict, node: Obj, report: Obj | None, now: datetime) -> 
     to tell fresh from stale. None: judge again."""
     if memo.report is None or report is None or not memo.fresh:
         return None
+    if memo.health.unavailable is not None:
+        return None  # its reason names a time ("NotReady since 12m"): judge it again
     if _without_time(memo.report) != _without_time(report):
         return None
     until, fresh = _validity(node, report, now)

@@ -207,11 +207,16 @@ def _stage(
 
 
 def _pool(pool: str, ph: PoolHealth | None) -> dict[str, Any]:
-    failing = next((n for n in ph.nodes if n.health is not Health.HEALTHY), None) if ph else None
+    # A node judged not healthy first; one skipped as unavailable only when there is none.
+    nodes = ph.nodes if ph else ()
+    failing = next(
+        (n for n in nodes if n.health not in (Health.HEALTHY, Health.SKIPPED)), None
+    ) or next((n for n in nodes if n.health is Health.SKIPPED), None)
     return {
         "pool": pool,
         "healthy": ph.count(Health.HEALTHY) if ph else 0,
         "total": ph.total if ph else 0,
+        "unavailable": ph.unavailable if ph else 0,  # skipped (unavailableNodes: skip)
         "health": str(ph.health) if ph else "Unknown",
         "firstFailure": f"{failing.node}: {failing.reason}" if failing else None,
     }

@@ -105,6 +105,8 @@ def _status(args: argparse.Namespace) -> int:
             line = (
                 f"  pool {p['pool']:14} {p['healthy']}/{p['total']} nodes healthy ({p['health']})"
             )
+            if p.get("unavailable"):
+                line += f", {p['unavailable']} unavailable (skipped)"
             if p["firstFailure"]:
                 line += f"; first failing: {p['firstFailure']}"
             print(line)

@@ -27,6 +27,8 @@ def render(stages: Sequence[dict[str, Any]]) -> None:
                 f"  pool {p['pool']:14} cluster {p['cluster']:10} {p['healthy']}/{p['total']} "
                 f"nodes healthy ({p['health']})"
             )
+            if p.get("unavailable"):
+                line += f", {p['unavailable']} unavailable (skipped)"
             if p["firstFailure"]:
                 line += f"; first failing: {p['firstFailure']}"
             print(line)

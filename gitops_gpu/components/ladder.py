@@ -6,6 +6,11 @@ breaks the validator, and the root cause is the driver. Rungs a pool switches of
 
 Order: node (Ready) -> nfd -> driver -> gpu (NVML hardware faults) -> toolkit -> gfd ->
 device-plugin -> dcgm -> mig-manager -> validator.
+
+A node that is not available (NotReady, or cordoned by someone other than the driver upgrade:
+node.unavailable) is not judged by its rungs but by the pool's ``unavailableNodes``: skip
+(Skipped: counted, not judged, at most maxUnavailable of them: :func:`judge_pool`), wait
+(Progressing) or fail (Degraded), with the reason. The rungs are still walked, for ``nodes``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from gitops_gpu.components.health import (
     aggregate,
 )
 from gitops_gpu.fleet.compiled import PoolTarget
+from gitops_gpu.sync import labels
 
 Check = Callable[[NodeEvidence, PoolTarget, Options], RungResult]
 
@@ -53,9 +59,22 @@ RUNGS: tuple[tuple[str, Check], ...] = (
 COMPONENTS = tuple(name for name, _ in RUNGS)
 
 
+# unavailableNodes -> how an unavailable node counts, and what its reason adds.
+_POLICY: dict[str, tuple[Health, str]] = {
+    "skip": (Health.SKIPPED, ", skipped"),
+    "wait": (Health.PROGRESSING, ", waiting for it (unavailableNodes: wait)"),
+    "fail": (Health.DEGRADED, ""),
+}
+
+
 def walk(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -> NodeHealth:
-    """Judge one node: every rung's result, and the first failing rung as the verdict."""
+    """Judge one node: every rung's result, and the first failing rung as the verdict (an
+    unavailable node's verdict is the pool's ``unavailableNodes``)."""
     rungs = tuple(check(ev, pool, opts) for _, check in RUNGS)
+    gone = node.unavailable(ev, pool)
+    if gone is not None:
+        health, note = _POLICY[pool.unavailable_nodes]
+        return NodeHealth(ev.name, health, gone.reason + note, rungs, gone)
     failing = next((r for r in rungs if not r.ok), None)
     if failing is not None:
         return NodeHealth(ev.name, failing.health, failing.reason, rungs)
@@ -63,8 +82,16 @@ def walk(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) ->
     return NodeHealth(ev.name, Health.HEALTHY, f"all rungs healthy ({driver_facts})", rungs)
 
 
+def aggregate_pool(pool: PoolTarget, verdicts: Iterable[NodeHealth]) -> PoolHealth:
+    """Worst-of over verdicts from :func:`walk`, skipping at most the pool's maxUnavailable
+    (resolved against its node count, rounded up as the GPU Operator does)."""
+    members = list(verdicts)
+    budget = labels.resolve_max_unavailable(pool.max_unavailable, len(members))
+    return aggregate(pool.name, members, skip_budget=budget)
+
+
 def judge_pool(
     pool: PoolTarget, evidence: Iterable[NodeEvidence], opts: Options = DEFAULT_OPTIONS
 ) -> PoolHealth:
     """Worst-of over the pool's nodes, each judged by :func:`walk`."""
-    return aggregate(pool.name, (walk(ev, pool, opts) for ev in evidence))
+    return aggregate_pool(pool, (walk(ev, pool, opts) for ev in evidence))

@@ -261,4 +261,5 @@ def _pool_target(
         node_labels=labels,
         driver=driver,
         driver_version=version if isinstance(version, str) else None,
+        unavailable_nodes=spec.unavailable_nodes,
     )

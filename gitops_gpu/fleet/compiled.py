@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gitops_gpu.fleet.windows import Windows
 
 Manifest = Mapping[str, Any]
+# NodePool spec.unavailableNodes: how the gate counts a node that is NotReady, or cordoned by
+# someone other than the GPU Operator's driver upgrade (components/node.py, docs/rollout.md).
+UnavailableNodes = Literal["skip", "wait", "fail"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class PoolTarget:
     # The pool's NVIDIADriver manifest (nvidia.com/v1alpha1), name = pool name.
     driver: Manifest
     driver_version: str | None
+    # skip: counted, not judged (at most max_unavailable of them); wait: progressing; fail:
+    # degraded.
+    unavailable_nodes: UnavailableNodes = "skip"
 
 
 @dataclass(frozen=True)

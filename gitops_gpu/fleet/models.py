@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from gitops_gpu.fleet import windows
+from gitops_gpu.fleet.compiled import UnavailableNodes
 
 API_VERSION = "gitops-gpu.io/v1alpha1"
 DEFAULT_CLUSTER = "default"
@@ -412,6 +413,9 @@ class NodePoolSpec(_Model):
     mig_config: StrictStr | None = None
     device_plugin_config: StrictStr | None = None
     max_unavailable: int | StrictStr = "25%"
+    # A node NotReady, or cordoned by someone other than the driver upgrade: skip it (within
+    # maxUnavailable), wait for it, or fail the stage (docs/rollout.md).
+    unavailable_nodes: UnavailableNodes = "skip"
     workload: Literal["container", "vm-passthrough", "vm-vgpu"] | None = None
     disabled_components: list[Component] = Field(default_factory=list)
     # Not a ClusterPolicy field: NVIDIADriver.driverType (immutable) is chosen per pool here.

@@ -1,7 +1,8 @@
 """A stage's health gate, read from the observations of its pools at one commit.
 
 Converged means: every pool reports the commit on its objects and is in sync, no node is still
-progressing, every node is accounted for, and at most ``maxUnhealthyNodes`` are degraded. More
+progressing, every node is accounted for (healthy, degraded, or not available and skipped by
+its pool's ``unavailableNodes: skip``), and at most ``maxUnhealthyNodes`` are degraded. More
 degraded nodes than that fail the stage at once; never converging fails it at the timeout (the
 machine's job). A stage whose commit changes nothing for it still passes through here, so an
 unhealthy stage never promotes (gitops-promoter#1319).
@@ -42,12 +43,13 @@ def observe(stage: StageSpec, pools: Mapping[str, PoolObservation], commit: str)
     healthy = sum(o.nodes_healthy for o in seen)
     unhealthy = sum(o.nodes_unhealthy for o in seen)
     progressing = sum(o.nodes_progressing for o in seen)
+    unavailable = sum(o.nodes_unavailable for o in seen)
     max_unhealthy = stage.gate.max_unhealthy_nodes
     converged = (
         on_commit
         and in_sync
         and progressing == 0
-        and healthy + unhealthy == total
+        and healthy + unhealthy + unavailable == total
         and unhealthy <= max_unhealthy
     )
     # Name the pool only when the stage has several: "canary: canary: driver..." helps nobody.
@@ -83,6 +85,11 @@ def _summary(
         parts = [f"{healthy}/{total} nodes {what or 'healthy'}"]
     else:
         parts = [f"{o.pool} {o.nodes_healthy}/{o.nodes_total} {o.summary}".rstrip() for o in seen]
+    unavailable = sum(o.nodes_unavailable for o in seen)
+    if unavailable:
+        kinds = sorted({k for o in seen for k in o.unavailable_kinds})
+        why = f" ({', '.join(kinds)})" if kinds else ""
+        parts.append(f"{unavailable} unavailable{why}, skipped")
     if unhealthy:
         parts.append(f"{unhealthy} unhealthy")
     if progressing:

@@ -44,6 +44,10 @@ class PoolObservation:
     first_failure: str | None = None  # "driver: NVML reports 570.86.10, desired 580.126.20"
     # Short per-pool summary for descriptions, e.g. "on 580.126.20".
     summary: str = ""
+    # Not available (NotReady, cordoned by someone else) and skipped (unavailableNodes: skip,
+    # within maxUnavailable): counted in nodes_total, in none of healthy, unhealthy, progressing.
+    nodes_unavailable: int = 0
+    unavailable_kinds: tuple[str, ...] = ()  # what made them so: "NotReady", "cordoned"
 
 
 @dataclass(frozen=True)

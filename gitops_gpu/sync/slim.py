@@ -2,9 +2,9 @@
 
 At 5,000 nodes a whole Node is ~60 KiB of Python objects (status.images, nodeInfo, every
 condition with four timestamps, kwok's annotations) of which a pass reads labels, a few
-annotations, Ready, unschedulable and allocatable GPUs. Projecting on arrival keeps the
-cache small, and comparing projections lets a heartbeat (new resourceVersion, same facts)
-leave the cache untouched, so nothing downstream recomputes for it.
+annotations, Ready (and since when), unschedulable and allocatable GPUs. Projecting on arrival
+keeps the cache small, and comparing projections lets a heartbeat (new resourceVersion, same
+facts) leave the cache untouched, so nothing downstream recomputes for it.
 
 Projections keep the apiserver's shape (``metadata.labels``, ``status.conditions``...): every
 reader of a cached object reads a projection without knowing. Strings that repeat on every
@@ -89,10 +89,19 @@ def _condition(cond: Mapping[str, Any]) -> Obj:
     return {k: _i(cond[k]) for k in ("type", "status", "reason", "message") if cond.get(k)}
 
 
+def _ready(cond: Mapping[str, Any]) -> Obj:
+    # lastTransitionTime too: it moves only when Ready flips, and "NotReady since 12m" reads it.
+    out = _condition(cond)
+    if cond.get("lastTransitionTime"):
+        out["lastTransitionTime"] = cond["lastTransitionTime"]
+    return out
+
+
 def node(obj: Obj) -> Obj:
-    """Labels, our and NVIDIA's annotations, unschedulable, Ready, allocatable GPUs."""
+    """Labels, our and NVIDIA's annotations, unschedulable, Ready (and since when), allocatable
+    GPUs."""
     status = obj.get("status") or {}
-    ready = [_condition(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    ready = [_ready(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     alloc = _strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,))
     spec = {"unschedulable": True} if (obj.get("spec") or {}).get("unschedulable") else {}
     return {
@@ -211,6 +220,10 @@ class _Cond(TypedDict, total=False):
     message: str
 
 
+class _NodeCond(_Cond, total=False):
+    lastTransitionTime: str  # kept for a node's Ready (a report's must compare as projected)
+
+
 class _Owner(TypedDict, total=False):
     apiVersion: str
     kind: str
@@ -242,7 +255,7 @@ class _NodeSpec(TypedDict, total=False):
 
 
 class _NodeStatus(TypedDict, total=False):
-    conditions: list[_Cond]
+    conditions: list[_NodeCond]
     allocatable: dict[str, str]
 
 

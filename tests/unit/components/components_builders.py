@@ -16,7 +16,7 @@ from gitops_gpu.agent import fake_nvml, report
 from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.validator import VALIDATION_ANNOTATION
-from gitops_gpu.fleet.compiled import PoolTarget
+from gitops_gpu.fleet.compiled import PoolTarget, UnavailableNodes
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 DRIVER = "580.126.20"
@@ -56,6 +56,8 @@ def pool(
     device_plugin_config: str | None = None,
     gpu_product: str | None = "NVIDIA-H100-80GB-HBM3",
     extra_labels: Mapping[str, str] | None = None,
+    max_unavailable: int | str = 1,
+    unavailable_nodes: UnavailableNodes = "skip",
 ) -> PoolTarget:
     labels = {"gitops-gpu.io/pool": name, **(extra_labels or {})}
     if mig_config:
@@ -65,7 +67,7 @@ def pool(
         cluster="lab",
         stage="canary",
         node_selector={"pool": name},
-        max_unavailable=1,
+        max_unavailable=max_unavailable,
         gpu_product=gpu_product,
         mig_config=mig_config,
         device_plugin_config=device_plugin_config,
@@ -77,6 +79,7 @@ def pool(
             "spec": {"version": driver_version},
         },
         driver_version=driver_version,
+        unavailable_nodes=unavailable_nodes,
     )
 
 
@@ -173,6 +176,8 @@ def edit(
     ready: str | None = None,
     report: Any = "keep",
     pods: Any = None,
+    ready_since: datetime | None = None,
+    cordoned: bool | None = None,
 ) -> NodeEvidence:
     node = copy.deepcopy(dict(ev.node))
     for key, value in (labels or {}).items():
@@ -196,6 +201,11 @@ def edit(
                 "message": "Kubelet stopped posting node status.",
             }
         ]
+    if ready_since is not None:
+        for cond in node["status"]["conditions"]:
+            cond["lastTransitionTime"] = ready_since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if cordoned is not None:
+        node["spec"] = {"unschedulable": True} if cordoned else {}
     new_report = ev.report if report == "keep" else report
     return NodeEvidence(ev.name, node, new_report, ev.pods if pods is None else pods, ev.now)
 

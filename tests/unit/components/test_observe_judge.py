@@ -112,11 +112,11 @@ def test_no_plan_read_is_not_pool_plan() -> None:
 
 def test_health_counts_and_first_failure() -> None:
     ok = node(healthy("gpu-1"))
-    down = node(edit(healthy("gpu-2"), ready="Unknown"))
+    broken = node(edit(healthy("gpu-2"), labels={G + "gpu-driver-upgrade-state": "upgrade-failed"}))
     upgrading = node(
         edit(healthy("gpu-3"), labels={G + "gpu-driver-upgrade-state": "validation-required"})
     )
-    nodes = [ok, down, upgrading]
+    nodes = [ok, broken, upgrading]
     snap = snapshot(
         nodes,
         drivers={"train": driver("train", NEW)},
@@ -135,7 +135,7 @@ def test_health_counts_and_first_failure() -> None:
     )
     # the degraded node is named before the one still upgrading
     assert obs.first_failure == (
-        "node: NotReady (NodeStatusUnknown: Kubelet stopped posting node status.)"
+        f"driver: NVML reports {DRIVER}, desired {DRIVER}, upgrade-state upgrade-failed"
     )
     assert health["train"].health is Health.DEGRADED
 
@@ -247,6 +247,18 @@ def test_operand_pods_behind_fold_into_progressing_and_out_of_sync() -> None:
     )
 
 
+def test_a_skipped_node_behind_on_operands_does_not_hold_the_pool() -> None:
+    """gpu-1 is NotReady (skipped: unavailableNodes defaults to skip) with its toolkit pod at
+    the old revision: it is caught up when it returns, the pool is not held for it."""
+    snap = with_operands(POLICY["spec"])
+    down = node(edit(healthy("gpu-1"), ready="Unknown"))
+    members = [down, snap.members["train"][1]]
+    snap = replace(snap, members={"train": members})
+    obs = Observer().judge(snap, NEWEST)[0]["train"]
+    assert (obs.nodes_healthy, obs.nodes_unavailable, obs.nodes_progressing) == (1, 1, 0)
+    assert obs.objects_in_sync
+
+
 def test_pool_keeping_the_previous_policy_counts_nodes_ahead() -> None:
     obs = Observer().judge(with_operands({"x": 0}), NEWEST)[0]["train"]
     assert (obs.nodes_healthy, obs.nodes_progressing, obs.objects_in_sync) == (2, 0, True)
@@ -280,7 +292,8 @@ def test_judging_is_repeatable_and_follows_changed_nodes() -> None:
         plans={("train", NEW): pool_plan("train", 2)},
         reports=[report("gpu-1"), report("gpu-2")],
     )
-    assert observer.judge(changed, NEWEST)[0]["train"].nodes_unhealthy == 1
+    again = observer.judge(changed, NEWEST)[0]["train"]
+    assert (again.nodes_healthy, again.nodes_unavailable) == (1, 1)  # unavailableNodes: skip
 
 
 # -- the executor applies the read's plans --------------------------------------------------------
@@ -653,7 +666,7 @@ def test_a_pool_left_out_of_a_pass_is_judged_afresh_when_it_returns() -> None:
     _event(fleet_.nodes, node(edit(healthy("gpu-2"), ready="Unknown"), rv="7"))
     obs.judge(fleet_.snap(6, with_driver=False), NEWEST)  # the change falls in a skipped pass
     back = obs.judge(fleet_.snap(10), NEWEST)[1]["train"]
-    assert back.health is Health.DEGRADED, back.reason
+    assert back.count(Health.SKIPPED) == 1, back.reason  # NotReady, skipped
 
 
 # --- a report cannot keep itself fresh (components/signals.py report_window) ----------------

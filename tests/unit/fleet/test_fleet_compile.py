@@ -106,6 +106,14 @@ def test_driver_type_from_pool_yaml(tmp_path: Path) -> None:
     assert compile_fleet(load_repo(root), "x").pool("v").driver["spec"]["driverType"] == "vgpu"
 
 
+def test_unavailable_nodes_from_pool_yaml(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": {"unavailableNodes": "wait"}, "b": {}})
+    compiled = compile_fleet(load_repo(root), "x")
+    assert compiled.pool("a").unavailable_nodes == "wait"
+    assert compiled.pool("b").unavailable_nodes == "skip"  # the default
+    assert "unavailableNodes" not in compiled.pool("a").driver["spec"]  # ours, not the CR's
+
+
 def test_cluster_field_disagreement(tmp_path: Path) -> None:
     root = write_repo(
         tmp_path,

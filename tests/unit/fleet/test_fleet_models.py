@@ -63,6 +63,8 @@ def test_label_value_must_be_a_string(tmp_path: Path) -> None:
         ({"nodeSelector": {"bad key!": "x"}}, "spec.nodeSelector"),
         ({"nodeSelector": {"k": "-bad"}}, "spec.nodeSelector"),
         ({"driverType": "cuda"}, "spec.driverType"),
+        ({"unavailableNodes": "ignore"}, "spec.unavailableNodes"),
+        ({"unavailableNodes": True}, "spec.unavailableNodes"),
     ],
 )
 def test_pool_field_validation(tmp_path: Path, spec: dict[str, object], field: str) -> None:

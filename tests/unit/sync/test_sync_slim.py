@@ -113,6 +113,33 @@ def test_a_heartbeat_is_not_a_change() -> None:
     assert inf.version == 3 and not inf._items
 
 
+def test_ready_keeps_since_when_and_its_heartbeat_is_still_not_a_change() -> None:
+    """ "NotReady since 12m" (components/node.py) reads Ready's lastTransitionTime, which moves
+    only when Ready flips; a heartbeat still changes nothing."""
+    down = copy.deepcopy(NODE)
+    down["status"]["conditions"][1].update(
+        status="Unknown", reason="NodeStatusUnknown", lastTransitionTime="2026-12-01T00:00:30Z"
+    )
+    decode = slim.event_decoder("Node")
+    assert decode is not None
+    typed = decode(json.dumps({"type": "MODIFIED", "object": down}).encode())["object"]
+    for out in (slim.node(copy.deepcopy(down)), slim.node(typed)):
+        ready = evidence.NodeEvidence("n1", out, None).condition("Ready")
+        assert ready == {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "lastTransitionTime": "2026-12-01T00:00:30Z",
+        }
+    inf = _informer()
+    inf._apply_event({"type": "ADDED", "object": copy.deepcopy(down)}, "1")
+    beat = copy.deepcopy(down)
+    beat["metadata"]["resourceVersion"] = "11"
+    beat["status"]["conditions"][1]["lastHeartbeatTime"] = "2026-12-01T00:01:00Z"
+    inf._apply_event({"type": "MODIFIED", "object": beat}, "10")
+    assert (inf.version, inf.changes) == (1, 1)
+
+
 def test_typed_decode_projects_like_json() -> None:
     line = json.dumps({"type": "MODIFIED", "object": NODE}).encode()
     decode = slim.event_decoder("Node")
