@@ -30,13 +30,14 @@ from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
-from gitops_gpu.rollout import machine, record
+from gitops_gpu.rollout import line, machine, record
 from gitops_gpu.rollout.authentic import Authenticator
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
+from gitops_gpu.rollout.line import LineStop
 from gitops_gpu.rollout.seal import Keyring, SealKey, TrustedKey
 from gitops_gpu.rollout.span import own_contexts
 from gitops_gpu.rollout.status import (
@@ -248,9 +249,13 @@ class Controller:
     def apply_stage(self, stage: str, commit: str, *, rollback: bool = False) -> int:
         return self.executor.apply_stage(stage, commit, rollback=rollback)
 
-    def paused(self) -> bool:
+    def line_stop(self) -> LineStop | None:
+        """Who stopped the line and why (rollout/line.py), or None while it runs."""
         cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
-        return bool(cm and (cm.get("data") or {}).get("paused") == "true")
+        return line.from_data((cm or {}).get("data"))
+
+    def paused(self) -> bool:
+        return self.line_stop() is not None
 
     # -- one pass -------------------------------------------------------------------------------
     def run_pass(self) -> PassReport:
@@ -272,7 +277,9 @@ class Controller:
         return report
 
     def _pass(self, report: PassReport) -> None:
-        paused = self.paused()  # first: the brake must work whatever the commits hold
+        stop = self.line_stop()  # first: the brake must work whatever the commits hold
+        paused = stop is not None
+        self.metrics.line_stopped.set(1 if paused else 0)
         _ = self.record.key  # read from its Secret at the first pass: the ledger is sealed by it
         try:
             poll = self.source.poll()
@@ -340,6 +347,7 @@ class Controller:
             now=self.clock(),
             approvals=judged.approvals(),
             paused=paused,
+            stop=stop,
             smoke=smoke,
             analysis=self._analysis(stages, pools, statuses),
             cluster=self.cfg.cluster,

@@ -87,6 +87,11 @@ class Metrics:
             "Unix time of the last successful poll of the fleet repo",
             registry=r,
         )
+        self.line_stopped = Gauge(
+            "gitops_gpu_line_stopped",
+            "1 while the line is stopped (gitops-gpu pause): every stage holds",
+            registry=r,
+        )
         self.status_writes = Counter(
             "gitops_gpu_status_writes_total",
             "Commit statuses written",

@@ -21,7 +21,7 @@ from gitops_gpu.execute import cluster_error
 from gitops_gpu.fleet import windows
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.observe import Observer
-from gitops_gpu.rollout import span
+from gitops_gpu.rollout import line, span
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.rollout.record import Record
@@ -81,16 +81,21 @@ def newest(ctl: Controller) -> tuple[list[BranchCommit], CompiledFleet]:
 # -- status -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StatusReport:
-    paused: bool
+    stop: line.LineStop | None  # the line is stopped (gitops-gpu pause): every stage holds
     many_clusters: bool  # stages and pools carry their clusters
     stages: list[dict[str, Any]]
     # Record statuses that decide nothing (forged, unsigned, not by an approver), and why.
     ignored: list[dict[str, str]] = field(default_factory=list)
     held: str = ""  # "history rewritten: ..." while the rollout holds
 
+    @property
+    def paused(self) -> bool:
+        return self.stop is not None
+
     def as_json(self) -> dict[str, Any]:
         return {
             "paused": self.paused,
+            "stopped": self.stop.describe() if self.stop else "",
             "held": self.held,
             "stages": self.stages,
             "ignored": self.ignored,
@@ -121,8 +126,9 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
     history = [c.sha for c in _history]
     trusted = trusted_record(ctl, history, compiled)
     now = ctl.clock()
+    stop = ctl.line_stop()
     stages = [
-        _stage(now, trusted, stage, pools, health, pool_clusters if many else None)
+        _stage(now, trusted, stage, pools, health, pool_clusters if many else None, stop)
         for stage in compiled.stages
     ]
     ignored = [
@@ -137,7 +143,7 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
     ]
     head = history[0] if history else None
     held = ctl.history.reason(head) if head else None
-    return StatusReport(ctl.paused(), many, stages, ignored, held or "")
+    return StatusReport(stop, many, stages, ignored, held or "")
 
 
 def _observe(
@@ -169,8 +175,10 @@ def _stage(
     pools: Mapping[str, PoolObservation],
     health: Mapping[str, PoolHealth],
     pool_clusters: Mapping[str, str] | None,
+    stop: line.LineStop | None = None,
 ) -> dict[str, Any]:
     commit = applied_commit(stage, pools)
+    window = "" if stage.windows.always_open else windows.state(stage.windows, now).reason
     verdict = trusted.latest(commit, stage_context(stage.name)) if commit else None
     entry: dict[str, Any] = {
         "stage": stage.name,
@@ -178,7 +186,9 @@ def _stage(
         "state": verdict.state if verdict else None,
         "description": verdict.description if verdict else "",
         # "" when it may move at any time; else why not now, or until when it may.
-        "window": "" if stage.windows.always_open else windows.state(stage.windows, now).reason,
+        "window": window,
+        # Why the stage starts nothing new now: the stopped line first, then its window.
+        "hold": stop.describe() if stop is not None else window,
     }
     if pool_clusters is None:
         entry["pools"] = [_pool(p, health.get(p)) for p in stage.pools]
@@ -296,14 +306,15 @@ def accept_history(ctl: Controller, rev: str, who: str, now: float) -> tuple[str
     return sha, history_guard.accept(ctl.ledger, ctl.record, sha, who, now)
 
 
-def set_paused(client: kube.Client, namespace: str, paused: bool) -> None:
-    """The emergency brake: every controller reads it at its next pass."""
+def set_paused(client: kube.Client, namespace: str, stop: line.LineStop | None) -> None:
+    """Stop the line (``stop``: who, when, why) or let it run (None): every controller reads
+    it at its next pass (rollout/line.py)."""
     client.apply(
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": CONTROL_CONFIGMAP, "namespace": namespace},
-            "data": {"paused": "true" if paused else "false"},
+            "data": line.to_data(stop),
         },
         field_manager=names.FIELD_MANAGER,
         force=True,

@@ -19,7 +19,7 @@ from gitops_gpu import kube, operations
 from gitops_gpu.cli import options, status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.controller import Controller
-from gitops_gpu.rollout import seal
+from gitops_gpu.rollout import line, seal
 
 
 def _common(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
@@ -54,8 +54,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h.add_argument("commit", help="the branch's new head, as the controller's hold names it")
     h.set_defaults(func=_accept_history)
     for verb, value in (("pause", "true"), ("resume", "false")):
-        p = sub.add_parser(verb, help=f"{verb} every rollout at the next pass (emergency brake)")
+        p = sub.add_parser(
+            verb, help=f"{verb} every stage at the next pass (stop the line: docs/rollout.md)"
+        )
         _common(p, repo=False)
+        if verb == "pause":
+            p.add_argument("--reason", default="", help="why, shown wherever the stop shows")
         p.set_defaults(func=_pause, value=value)
     r = sub.add_parser("rollback", help="put a stage back on its last good (or a given) commit")
     _common(r)
@@ -83,8 +87,8 @@ def _status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report.as_json(), indent=2))
         return Exit.OK
-    if report.paused:
-        print("PAUSED (gitops-gpu resume to continue)")
+    if report.stop is not None:
+        print(f"PAUSED: {report.stop.describe()} (gitops-gpu resume to continue)")
     if report.held:
         print(f"HELD: {report.held} (gitops-gpu accept-history to follow it)")
     for item in report.ignored:
@@ -99,8 +103,8 @@ def _status(args: argparse.Namespace) -> int:
     for e in report.stages:
         commit = (e["commit"] or "-")[:12]
         print(f"stage {e['stage']:12} {commit:12} {e['state'] or '-':8} {e['description']}")
-        if e["window"]:
-            print(f"  window: {e['window']}")
+        if e["hold"]:
+            print(f"  hold: {e['hold']}")
         for p in e["pools"]:
             line = (
                 f"  pool {p['pool']:14} {p['healthy']}/{p['total']} nodes healthy ({p['health']})"
@@ -136,12 +140,13 @@ def _accept_history(args: argparse.Namespace) -> int:
 
 def _pause(args: argparse.Namespace) -> int:
     client = kube.Client.from_kubeconfig(args.kubeconfig)
-    operations.set_paused(client, args.namespace, args.value == "true")
-    print(
-        "rollouts paused: takes effect at the next pass"
-        if args.value == "true"
-        else "rollouts resumed"
-    )
+    if args.value == "true":
+        stop = line.LineStop(getpass.getuser(), time.time(), args.reason)
+        operations.set_paused(client, args.namespace, stop)
+        print(f"{stop.describe()}: every stage holds from the next pass")
+    else:
+        operations.set_paused(client, args.namespace, None)
+        print("line running: stages move again from the next pass")
     return Exit.OK
 
 

@@ -16,8 +16,8 @@ def render(stages: Sequence[dict[str, Any]]) -> None:
         print(
             f"stage {e['stage']:12} {where:18} {commit:12} {e['state'] or '-':8} {e['description']}"
         )
-        if e["window"]:
-            print(f"  window: {e['window']}")
+        if e["hold"]:
+            print(f"  hold: {e['hold']}")
         for part in e["parts"]:
             pc = (part["commit"] or "-")[:12]
             state = part["state"] or "-"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.rollout.checks import AnalysisResult, SmokeResult
+from gitops_gpu.rollout.line import LineStop
 from gitops_gpu.rollout.status import CommitStatus
 
 
@@ -63,6 +64,8 @@ class RolloutInput:
     # (commit sha, stage name) pairs a person approved.
     approvals: Set[tuple[str, str]] = field(default_factory=frozenset)
     paused: bool = False
+    # Who stopped the line, when and why (rollout/line.py), while ``paused``.
+    stop: LineStop | None = None
     # Keyed by (stage, commit): the gate's smoke tests and metric analysis (rollout/checks.py).
     smoke: Mapping[tuple[str, str], SmokeResult] = field(default_factory=dict)
     analysis: Mapping[tuple[str, str], AnalysisResult] = field(default_factory=dict)

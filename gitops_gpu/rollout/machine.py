@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from gitops_gpu.fleet import windows
 from gitops_gpu.fleet.compiled import StageSpec
-from gitops_gpu.rollout import span
+from gitops_gpu.rollout import line, span
 from gitops_gpu.rollout.actions import (
     Action,
     AdoptCommit,
@@ -87,13 +87,15 @@ def short(sha: str) -> str:
 
 def step(inp: RolloutInput) -> list[Action]:
     """Decide one pass. Actions come in the order the controller must carry them out."""
-    if inp.paused:
-        return [Wait("rollout paused: nothing is adopted, promoted, rolled back or recorded")]
-    if inp.held:  # preflight verdicts still reach pull requests; nothing else moves
-        record = Record(inp.statuses)
-        return [*_preflight_statuses(inp.commits, record), Wait(f"rollout held: {inp.held}")]
     record = Record(inp.statuses)
-    return _capped(_step(inp, record), record)
+    shas = [c.sha for c in inp.commits]
+    if inp.paused:  # the line's own status says so; nothing of the record is written
+        stop = inp.stop or line.LineStop()
+        waiting = Wait("line stopped: nothing is adopted, promoted, rolled back or recorded")
+        return [*line.statuses(stop, shas, record), waiting]
+    if inp.held:  # preflight verdicts still reach pull requests; nothing else moves
+        return [*_preflight_statuses(inp.commits, record), Wait(f"rollout held: {inp.held}")]
+    return _capped([*line.statuses(None, shas, record), *_step(inp, record)], record)
 
 
 def _step(inp: RolloutInput, record: Record) -> list[Action]:

@@ -9,6 +9,8 @@ import pytest
 from e2e_harness import Env, fast_gates, set_driver
 
 from gitops_gpu.cli import main
+from gitops_gpu.rollout.line import LINE_CONTEXT
+from gitops_gpu.rollout.status import CommitStatus
 
 pytestmark = pytest.mark.e2e
 STAGES = ("canary", "inference", "training")
@@ -38,18 +40,27 @@ def test_status_pause_resume_rollback(env: Env, capsys: pytest.CaptureFixture[st
     assert canary["commit"] == first and canary["state"] == "success"
     assert canary["pools"][0]["healthy"] == canary["pools"][0]["total"] == 1
 
-    # The emergency brake: a new commit is not adopted while paused.
-    assert _cli(env, capsys, "pause")[0] == 0
+    # Stop the line: a new commit is not adopted, and its commit status says who stopped it.
+    assert _cli(env, capsys, "pause", "--reason", "incident 42")[0] == 0
     time.sleep(1.0)  # let the controller finish the pass it may be in
     bump = env.remote.commit("bump", set_driver("580.142.01"))
-    time.sleep(3.0)
+
+    def line() -> CommitStatus | None:
+        return env.record.latest(bump, LINE_CONTEXT)
+
+    env.wait("the line's status on the bump", lambda: getattr(line(), "state", None) == "error")
+    said = line()
+    assert said is not None and said.description.endswith(": incident 42"), said
     assert env.pool_commit("canary") == first and env.state(bump, "canary") is None
     rc, out = _cli(env, capsys, "status", *_repo(env))
-    assert rc == 0 and out.startswith("PAUSED")
+    assert rc == 0 and out.startswith("PAUSED: line stopped by "), out
+    assert out.count("  hold: line stopped by ") == len(STAGES), out
     assert _cli(env, capsys, "resume")[0] == 0
     env.wait(
         "bump everywhere after resume", lambda: all(env.state(bump, s) == "success" for s in STAGES)
     )
+    resumed = line()
+    assert resumed is not None and resumed.state == "success", resumed
 
     # Roll inference back by hand: its pools go back to the last good commit before the bump,
     # and the controller does not re-adopt the bump there.

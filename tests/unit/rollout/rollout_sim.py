@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gitops_gpu.fleet.compiled import GateSpec, StageSpec
 from gitops_gpu.rollout.actions import Action, AdoptCommit, Rollback, SetStatus
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
+from gitops_gpu.rollout.line import LINE_CONTEXT, LineStop
 from gitops_gpu.rollout.machine import step
 from gitops_gpu.rollout.status import CommitStatus, MemoryBackend, read_record, stage_context
 
@@ -60,6 +61,7 @@ class Fleet:
     bad: set[str] = field(default_factory=set)
     approvals: set[tuple[str, str]] = field(default_factory=set)
     paused: bool = False
+    stop: LineStop | None = None
     pools: dict[str, SimPool] = field(default_factory=dict)
     actions: list[tuple[float, Action]] = field(default_factory=list)
     written: list[CommitStatus] = field(default_factory=list)
@@ -106,6 +108,7 @@ class Fleet:
             now=self.now,
             approvals=frozenset(self.approvals),
             paused=self.paused,
+            stop=self.stop,
         )
 
     # --- one pass -----------------------------------------------------------------------------
@@ -148,8 +151,13 @@ class Fleet:
         return self.backend.latest(commit, stage_context(stage))
 
     def history(self, commit: str, stage: str) -> list[CommitStatus]:
-        ctx = stage_context(stage)
-        return [s for s in self.backend.list_statuses(commit) if s.context == ctx]
+        return self.context_history(commit, stage_context(stage))
+
+    def line(self, commit: str) -> list[CommitStatus]:
+        return self.context_history(commit, LINE_CONTEXT)
+
+    def context_history(self, commit: str, context: str) -> list[CommitStatus]:
+        return [s for s in self.backend.list_statuses(commit) if s.context == context]
 
     def adopted(self, stage: str) -> list[str]:
         return [

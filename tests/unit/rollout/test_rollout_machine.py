@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from rollout_sim import PASS, Fleet, sha, stages
+from datetime import UTC, datetime
+
+from rollout_sim import PASS, T0, Fleet, sha, stages
 
 from gitops_gpu.fleet.compiled import GateSpec
 from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.inputs import Commit
+from gitops_gpu.rollout.line import LINE_CONTEXT, LineStop
 from gitops_gpu.rollout.phases import Phase, read_mark
 from gitops_gpu.rollout.record import approvals_from_record
 from gitops_gpu.rollout.status import (
@@ -250,16 +253,29 @@ def test_restart_resumes_from_the_record_only() -> None:
     assert [s.state for s in fleet.history(A, "canary")] == [PENDING, PENDING, SUCCESS]
 
 
-def test_paused_emits_only_wait() -> None:
+def test_a_stopped_line_moves_nothing_and_says_so_on_the_newest_commit() -> None:
     fleet = Fleet()
     fleet.push(A)
     fleet.run(2)
     fleet.paused = True
+    fleet.stop = LineStop("alice", T0, "incident 42")
     fleet.push(B)
     for _ in range(5):
-        assert all(isinstance(a, Wait) for a in fleet.run_pass())
-    fleet.paused = False
+        actions = fleet.run_pass()
+        moves = [a for a in actions if not isinstance(a, Wait)]
+        assert all(isinstance(a, SetStatus) and a.context == LINE_CONTEXT for a in moves)
+    line_says = [(s.state, s.description) for s in fleet.line(B)]
+    stopped = f"line stopped by alice at {datetime.fromtimestamp(T0, UTC):%Y-%m-%d %H:%MZ}"
+    assert line_says == [(ERROR, f"{stopped}: incident 42")]  # written once
+    assert fleet.line(A) == []  # the newest commit only
+    assert fleet.state(B, "canary") is None
+    fleet.paused, fleet.stop = False, None
     fleet.run_until(lambda: fleet.state(B, "production") == SUCCESS)
+    assert [s.state for s in fleet.line(B)] == [ERROR, SUCCESS]
+    # Stopped again on the same commit: error goes over the resume's success.
+    fleet.paused, fleet.stop = True, LineStop(reason="again")
+    fleet.run(2)
+    assert [s.description for s in fleet.line(B)][-1] == ("line stopped: again")
 
 
 def test_preflight_failed_commit_is_never_adopted() -> None:
