@@ -67,6 +67,6 @@ def test_a_commit_waits_for_the_canary_window_and_is_adopted_as_it_opens(env: En
     env.wait("adopted once open", lambda: env.pool_commit("canary") == bump, 60)
     adopted_at = time.time()
     assert opens_at <= adopted_at < opens_at + 10, adopted_at - opens_at
-    env.wait("the canary passes", lambda: env.state(bump, "canary") == "success", 150)
+    env.wait("the canary passes", lambda: env.state(bump, "canary") == "success", 300)
     phases = [read_mark(s) for s in env.statuses(bump) if s.context == stage_context("canary")]
     assert [p.phase for p in phases if p][:2] == [Phase.AWAITING_WINDOW, Phase.ROLLING_OUT]
