@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gitops_gpu import events, heap, kube, names, sealed
@@ -48,7 +48,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.sealed import SealedRecord, stage_approvers
 from gitops_gpu.snapshot import PassSnapshot, Reader
-from gitops_gpu.sync import engine
+from gitops_gpu.sync import engine, waits
 from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
@@ -88,6 +88,8 @@ class Config:
     seal_key: SealKey | None = None
     trusted: tuple[TrustedKey, ...] = ()
     record_key_create: bool = True  # False: the key must exist (a person's one-shot command)
+    # GitopsGpuNodeHeldByWorkload fires past this wait (the metric carries it to the rule).
+    node_wait_alert_after: float = 6 * 3600.0
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Controller:
     ) -> None:
         self.cfg, self.client = cfg, client
         self.metrics = metrics or Metrics()
+        self.metrics.node_wait_alert.set(cfg.node_wait_alert_after)
         self.clock = clock
         tags = cfg.verifier is not None and cfg.verifier.mode != "head"
         self.source = GitSource(cfg.repo, cfg.cache_dir, cfg.branch, tags=tags)
@@ -333,6 +336,7 @@ class Controller:
             snap = self.reader.read(self.engine, drivers, newest, self.compiled_for, ops)
             pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
+            pools = self._workload_waits(snap, pools)
         smoking = any(s.gate.smoke_test is not None for s in stages)
         smoke = (
             self.smoke.results(stages, self.executor.stage_nodes(stages), self.clock())
@@ -388,6 +392,20 @@ class Controller:
                 stage, nodes[stage.name], base, base_pools
             )
         return out
+
+    def _workload_waits(
+        self, snap: PassSnapshot, pools: dict[str, PoolObservation]
+    ) -> dict[str, PoolObservation]:
+        """Who holds the nodes the driver upgrade waits on (sync/waits.py): kept on the nodes,
+        in the metric, and said by the pool's observation (the stage's pending status)."""
+        now = self.clock()
+        found = waits.read_pass(self.client, snap, pools, now)
+        waits.write(self.client, found)
+        self.metrics.set_node_waits({(w.pool, w.node, w.state): w.waited(now) for w in found.waits})
+        held = {
+            p: next((w.hold() for w in ws if w.hold()), "") for p, ws in found.by_pool().items()
+        }
+        return {p: replace(o, waiting_on=held.get(p, "")) for p, o in pools.items()}
 
     def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
         for pool, ph in health.items():

@@ -69,8 +69,10 @@ _KNOWN = [
     Resource("gitops-gpu.io/v1alpha1", "NodeGPUReport", "nodegpureports", False),
     # What deploy/ installs (the chart's objects), for tests that apply it.
     Resource("v1", "Service", "services", True),
+    Resource("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True),
     Resource("apps/v1", "Deployment", "deployments", True),
     Resource("apps/v1", "DaemonSet", "daemonsets", True),
+    Resource("apps/v1", "ReplicaSet", "replicasets", True),
     Resource("apps/v1", "ControllerRevision", "controllerrevisions", True),
     Resource("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", True),
     Resource("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
@@ -230,6 +232,7 @@ class Client:
         *,
         namespace: str | None = None,
         label_selector: str = "",
+        field_selector: str = "",
         limit: int = 0,
         continue_token: str = "",
         decode: Callable[[bytes], Any] | None = None,
@@ -237,6 +240,8 @@ class Client:
         """One LIST; with ``limit``, one page of it (``metadata.continue`` names the next).
         ``decode``: the body's parser (default json.loads)."""
         query = {"labelSelector": label_selector} if label_selector else {}
+        if field_selector:
+            query["fieldSelector"] = field_selector
         if limit:
             query["limit"] = str(limit)
         if continue_token:

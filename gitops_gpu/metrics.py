@@ -87,6 +87,19 @@ class Metrics:
             "Unix time of the last successful poll of the fleet repo",
             registry=r,
         )
+        self.node_wait = Gauge(
+            "gitops_gpu_node_upgrade_wait_seconds",
+            "How long the driver upgrade has waited on workloads on a node (drain, GPU-pod "
+            "deletion, jobs); only waiting nodes have a series",
+            ["pool", "node", "state"],
+            registry=r,
+        )
+        self.node_wait_alert = Gauge(
+            "gitops_gpu_node_upgrade_wait_alert_seconds",
+            "The wait past which GitopsGpuNodeHeldByWorkload fires (--node-wait-alert-after)",
+            registry=r,
+        )
+        self._waiting: set[tuple[str, str, str]] = set()
         self.line_stopped = Gauge(
             "gitops_gpu_line_stopped",
             "1 while the line is stopped (gitops-gpu pause): every stage holds",
@@ -179,3 +192,11 @@ class Metrics:
     def set_gate(self, stage: str, state: str) -> None:
         for known in ("pending", "success", "failure", "error", "none"):
             self.gate.labels(stage, known).set(1 if known == state else 0)
+
+    def set_node_waits(self, waits: Mapping[tuple[str, str, str], float]) -> None:
+        """(pool, node, state) -> seconds waited; series of nodes no longer waiting go."""
+        for key in self._waiting - set(waits):
+            self.node_wait.remove(*key)
+        for key, seconds in waits.items():
+            self.node_wait.labels(*key).set(seconds)
+        self._waiting = set(waits)

@@ -15,6 +15,7 @@ from typing import Any
 from gitops_gpu import history_guard, kube, names
 from gitops_gpu.components import drift, evidence
 from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.components.holders import NodeWait
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.execute import cluster_error
@@ -36,6 +37,7 @@ from gitops_gpu.rollout.status import (
 from gitops_gpu.sealed import stage_approvers
 from gitops_gpu.snapshot import Reader
 from gitops_gpu.sync import engine
+from gitops_gpu.sync import waits as waits_reader
 from gitops_gpu.sync.live import Informer, LiveReader, pod_node
 from gitops_gpu.sync.source import BranchCommit
 
@@ -109,6 +111,7 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
     _history, compiled = newest(ctl)
     pools: dict[str, PoolObservation] = {}
     health: dict[str, PoolHealth] = {}
+    waits: dict[str, list[NodeWait]] = {}
     many = len(compiled.clusters) > 1
     for cluster in compiled.clusters.values():
         if many:
@@ -116,19 +119,20 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
         else:
             client = ctl.client
         try:
-            seen, healthy = _observe(ctl, client, compiled)
+            seen, healthy, waiting = _observe(ctl, client, compiled)
         finally:
             if many:
                 client.close()
         pools |= {p: o for p, o in seen.items() if p in cluster.pools}
         health |= {p: h for p, h in healthy.items() if p in cluster.pools}
+        waits |= {p: w for p, w in waiting.items() if p in cluster.pools}
     pool_clusters = {p: c.name for c in compiled.clusters.values() for p in c.pools}
     history = [c.sha for c in _history]
     trusted = trusted_record(ctl, history, compiled)
     now = ctl.clock()
     stop = ctl.line_stop()
     stages = [
-        _stage(now, trusted, stage, pools, health, pool_clusters if many else None, stop)
+        _stage(now, trusted, stage, pools, health, pool_clusters if many else None, stop, waits)
         for stage in compiled.stages
     ]
     ignored = [
@@ -148,8 +152,9 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
 
 def _observe(
     ctl: Controller, client: kube.Client, compiled: CompiledFleet
-) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth]]:
-    """What one cluster's pools run and how healthy they are, read through ``client``."""
+) -> tuple[dict[str, PoolObservation], dict[str, PoolHealth], dict[str, list[NodeWait]]]:
+    """What one cluster's pools run, how healthy they are and which of their nodes the driver
+    upgrade waits on (read only: the controller keeps the wait times), through ``client``."""
     nodes = Informer(client, "v1", "Node")
     reports = Informer(client, *names.NODE_GPU_REPORT_API)
     pods = Informer(client, "v1", "Pod", namespace=ctl.cfg.operator_namespace, log_by=pod_node)
@@ -162,7 +167,8 @@ def _observe(
         eng = engine.Engine(client, LiveReader(client, nodes))
         drivers = eng.reader.managed(*names.NVIDIA_DRIVER_API)
         snap = Reader(nodes, reports, pods).read(eng, drivers, compiled, ctl.compiled_for)
-        return Observer().judge(snap, compiled)
+        seen, healthy = Observer().judge(snap, compiled)
+        return seen, healthy, waits_reader.read_pass(client, snap, seen, ctl.clock()).by_pool()
     finally:
         for inf in informers:
             inf.stop()
@@ -176,6 +182,7 @@ def _stage(
     health: Mapping[str, PoolHealth],
     pool_clusters: Mapping[str, str] | None,
     stop: line.LineStop | None = None,
+    waits: Mapping[str, Sequence[NodeWait]] | None = None,
 ) -> dict[str, Any]:
     commit = applied_commit(stage, pools)
     window = "" if stage.windows.always_open else windows.state(stage.windows, now).reason
@@ -191,7 +198,9 @@ def _stage(
         "hold": stop.describe() if stop is not None else window,
     }
     if pool_clusters is None:
-        entry["pools"] = [_pool(p, health.get(p)) for p in stage.pools]
+        entry["pools"] = [
+            _pool(p, health.get(p), (waits or {}).get(p, ()), now) for p in stage.pools
+        ]
         return entry
     clusters = span.stage_clusters(stage, pool_clusters)
     parts = []
@@ -216,7 +225,9 @@ def _stage(
     return entry
 
 
-def _pool(pool: str, ph: PoolHealth | None) -> dict[str, Any]:
+def _pool(
+    pool: str, ph: PoolHealth | None, waits: Sequence[NodeWait] = (), now: float = 0.0
+) -> dict[str, Any]:
     # A node judged not healthy first; one skipped as unavailable only when there is none.
     nodes = ph.nodes if ph else ()
     failing = next(
@@ -229,6 +240,17 @@ def _pool(pool: str, ph: PoolHealth | None) -> dict[str, Any]:
         "unavailable": ph.unavailable if ph else 0,  # skipped (unavailableNodes: skip)
         "health": str(ph.health) if ph else "Unknown",
         "firstFailure": f"{failing.node}: {failing.reason}" if failing else None,
+        # Nodes the driver upgrade waits on, and who holds them (components/holders.py).
+        "waiting": [
+            {
+                "node": w.node,
+                "state": w.state,
+                "seconds": round(w.waited(now)),
+                "holders": [str(h) for h in w.holders],
+                "text": f"{w.node} ({w.state}) {w.describe(now)}",
+            }
+            for w in waits
+        ],
     }
 
 

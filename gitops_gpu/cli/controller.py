@@ -114,6 +114,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where gate.smokeTest Jobs run (default: --namespace)",
     )
     p.add_argument(
+        "--node-wait-alert-after",
+        type=duration,
+        default=6 * 3600.0,
+        metavar="DURATION",
+        help="alert GitopsGpuNodeHeldByWorkload fires when the driver upgrade has waited this "
+        "long on a node's workloads (drain, GPU pods, jobs) (6h)",
+    )
+    p.add_argument(
         "--prometheus-url",
         help="base URL of the Prometheus gate.metrics queries go to (e.g. http://127.0.0.1:9090)",
     )
@@ -145,6 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         verifier=verifier,
         smoke_namespace=args.smoke_namespace,
         prometheus_url=args.prometheus_url,
+        node_wait_alert_after=args.node_wait_alert_after,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     metrics.watch_api_requests(client.requests)

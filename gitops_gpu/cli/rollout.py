@@ -114,6 +114,8 @@ def _status(args: argparse.Namespace) -> int:
             if p["firstFailure"]:
                 line += f"; first failing: {p['firstFailure']}"
             print(line)
+            for wait in p["waiting"]:
+                print(f"    held: {wait['text']}")
     return Exit.OK
 
 

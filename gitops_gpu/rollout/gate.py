@@ -26,6 +26,7 @@ class StageView:
     summary: str  # "2/2 nodes on 580.126.20"
     first_failure: str | None
     nodes_unhealthy: int
+    waiting_on: str = ""  # the first pool's node held by a workload (PoolObservation)
 
 
 def applied_commit(stage: StageSpec, pools: Mapping[str, PoolObservation]) -> str | None:
@@ -59,6 +60,7 @@ def observe(stage: StageSpec, pools: Mapping[str, PoolObservation], commit: str)
         for o in seen
         if o.first_failure
     ]
+    waits = [f"{o.pool}: {o.waiting_on}" if named else o.waiting_on for o in seen if o.waiting_on]
     return StageView(
         on_commit=on_commit,
         in_sync=in_sync,
@@ -67,6 +69,7 @@ def observe(stage: StageSpec, pools: Mapping[str, PoolObservation], commit: str)
         summary=_summary(seen, missing, in_sync, unhealthy, progressing),
         first_failure=failures[0] if failures else None,
         nodes_unhealthy=unhealthy,
+        waiting_on=waits[0] if waits else "",
     )
 
 

@@ -49,6 +49,9 @@ class PoolObservation:
     # within maxUnavailable): counted in nodes_total, in none of healthy, unhealthy, progressing.
     nodes_unavailable: int = 0
     unavailable_kinds: tuple[str, ...] = ()  # what made them so: "NotReady", "cordoned"
+    # A node the driver upgrade waits on, and who holds it (components/holders.py): "gpu-7
+    # waits on pod research/train-7 (Job, PDB train-pdb allows 0)"; "" when none waits.
+    waiting_on: str = ""
 
 
 @dataclass(frozen=True)

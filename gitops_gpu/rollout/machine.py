@@ -280,8 +280,11 @@ def _gate(
             text = f"{name}: relapsed {relapses} times since adoption: {view.summary}{cause}"
             return _fail(stage, target, text, inp, record)
         out: list[Action] = []
-        if phase is not Phase.ROLLING_OUT:
+        held = view.waiting_on
+        if phase is not Phase.ROLLING_OUT or (held and not _says(latest, name, since, held)):
             detail = view.summary if phase is None else f"soak interrupted, {view.summary}"
+            if held:  # first: who holds the node is what a person acts on
+                detail = f"{held}; {detail}"
             text = pending_description(name, Phase.ROLLING_OUT, since, detail)
             out.append(SetStatus(target, context, PENDING, text))
         out.append(Wait(f"{name}: rolling out {short(target)}: {view.summary}"))
@@ -410,6 +413,13 @@ def _adoption(history: Sequence[CommitStatus], now: float) -> tuple[float, int]:
         and after.phase is Phase.ROLLING_OUT
     )
     return (min(started) if started else whole_seconds(now)), relapses
+
+
+def _says(latest: CommitStatus | None, name: str, since: float, held: str) -> bool:
+    """The pending status already names this holder (written at most once per holder, not per
+    pass: the status's own time says since when)."""
+    said = pending_description(name, Phase.ROLLING_OUT, since, held).removesuffix("...")
+    return latest is not None and latest.description.startswith(said)
 
 
 def _capped(actions: list[Action], record: Record) -> list[Action]:

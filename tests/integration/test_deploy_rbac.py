@@ -39,7 +39,7 @@ from gitops_gpu.fleet.compiled import SmokeTestSpec
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.sync import operands, smoke
+from gitops_gpu.sync import operands, smoke, waits
 from gitops_gpu_dev.testbed import nodes
 from gitops_gpu_dev.testbed.reports import SnapshotReports
 from gitops_gpu_dev.testbed.session import Testbed
@@ -188,6 +188,26 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
             sa.pod_log("smoke-failed", NS)
         except kube.KubeError as exc:
             assert "forbidden" not in str(exc).lower(), exc
+        # A node the driver upgrade drains: its pods and their namespaces' PDBs are listed, and
+        # since when it waits is stamped on it, with this identity.
+        held = admin.get("v1", "Node", created[0])
+        held["metadata"].setdefault("labels", {})[names.UPGRADE_STATE_LABEL] = "drain-required"
+        admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "held-workload", "namespace": NS},
+                "spec": {**job["spec"]["template"]["spec"], "nodeName": created[0]},
+            }
+        )
+        compiled = ctl.compiled_for(drop)
+        assert compiled is not None
+        pool = held["metadata"]["labels"][names.POOL_LABEL]
+        found = waits.read(sa, {pool: [held]}, {pool: compiled.pool(pool)}, time.time())
+        assert f"{NS}/held-workload" in [h.pod for w in found.waits for h in w.holders]
+        waits.write(sa, found)
+        stamped = admin.get("v1", "Node", created[0])["metadata"]["annotations"]
+        assert stamped[waits.SINCE_ANNOTATION].startswith("drain-required@")
     finally:
         ctl.stop_informers()
         lease.release()
@@ -243,7 +263,9 @@ def test_the_controller_is_refused_everything_else(installed: Testbed) -> None:
     refused(lambda: sa.patch(RBAC_API, "ClusterRole", "gitops-gpu-controller", {"rules": []}))
     refused(lambda: sa.delete(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME))
     refused(lambda: sa.get("v1", "ConfigMap", "kube-root-ca.crt", NS))
-    refused(lambda: sa.list("v1", "Pod", namespace="default"))
+    # Pods anywhere may be listed (who holds a draining node), never read one by one or deleted.
+    refused(lambda: sa.get("v1", "Pod", "any-pod", "default"))
+    refused(lambda: sa.delete("v1", "Pod", "any-pod", "default"))
     refused(lambda: sa.create(report_obj("any-node")))
     other_lease = {
         "apiVersion": LEASE_API[0],

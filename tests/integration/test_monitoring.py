@@ -55,6 +55,11 @@ def controller_metrics() -> Iterator[ControllerServer]:
     m.pool_nodes.labels("canary", "healthy").set(2)
     m.status_writes.labels("gitops-gpu/stage/canary", "pending").inc()
     m.last_fetch.set(time.time())
+    # One node held past the bound (GitopsGpuNodeHeldByWorkload), one not yet.
+    m.node_wait_alert.set(600)
+    m.set_node_waits(
+        {("train", "gpu-7", "drain-required"): 3600, ("train", "gpu-8", "drain-required"): 60}
+    )
     server = ControllerServer("127.0.0.1:0", m, Probes(), lambda: None).start()
     yield server
     server.stop()
@@ -66,7 +71,7 @@ def test_promtool_checks_the_alert_rules() -> None:
         [promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 6 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
     names = {r["alert"] for r in alert_rules()}
     assert names == {
         "GitopsGpuStageFailed",
@@ -75,6 +80,7 @@ def test_promtool_checks_the_alert_rules() -> None:
         "GitopsGpuPassesFailing",
         "GitopsGpuWebhookRejected",
         "GitopsGpuFleetRepoStale",
+        "GitopsGpuNodeHeldByWorkload",
     }
 
 
@@ -137,7 +143,21 @@ def test_every_expression_evaluates_on_the_testbed_prometheus(
         with urllib.request.urlopen(f"{prombed.url}/api/v1/rules", timeout=5) as resp:
             groups = json.loads(resp.read())["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        if len(rules) == 6 and all(r.get("health") == "ok" for r in rules):
+        if len(rules) == 7 and all(r.get("health") == "ok" for r in rules):
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.5)
+    # The shipped rule fires for the node held longer than the controller's bound, only it.
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"{prombed.url}/api/v1/alerts", timeout=5) as resp:
+            alerts = json.loads(resp.read())["data"]["alerts"]
+        held = [a for a in alerts if a["labels"]["alertname"] == "GitopsGpuNodeHeldByWorkload"]
+        if held and held[0]["state"] == "firing":
+            break
+        assert time.monotonic() < deadline, alerts
+        time.sleep(0.5)
+    assert [(a["labels"]["node"], a["labels"]["state"]) for a in held] == [
+        ("gpu-7", "drain-required")
+    ]
+    assert "waited 1h" in held[0]["annotations"]["description"], held[0]

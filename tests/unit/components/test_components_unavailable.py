@@ -152,6 +152,7 @@ def test_skip_is_the_default_and_the_verdict_carries_the_reason() -> None:
         "unavailable": 1,
         "health": "Healthy",
         "firstFailure": "gpu-4: NotReady since 12m (NodeStatusUnknown), skipped",
+        "waiting": [],
     }
 
 

@@ -62,6 +62,7 @@ class Fleet:
     approvals: set[tuple[str, str]] = field(default_factory=set)
     paused: bool = False
     stop: LineStop | None = None
+    waiting_on: dict[str, str] = field(default_factory=dict)  # pool -> who holds a node
     pools: dict[str, SimPool] = field(default_factory=dict)
     actions: list[tuple[float, Action]] = field(default_factory=list)
     written: list[CommitStatus] = field(default_factory=list)
@@ -95,6 +96,7 @@ class Fleet:
                 nodes_progressing=progressing,
                 first_failure="driver: upgrade-failed" if degraded else None,
                 summary=f"on {pool.commit[:4]}",
+                waiting_on="" if settled else self.waiting_on.get(pool.name, ""),
             )
         return out
 

@@ -305,3 +305,24 @@ def test_preflight_status_written_once() -> None:
     fleet.run(5)
     pre = [s for s in fleet.written if s.context == PREFLIGHT_CONTEXT]
     assert [(s.state, s.description) for s in pre] == [(SUCCESS, "fleet compiles, 0 findings")]
+
+
+def test_the_rolling_out_status_names_who_holds_a_node_once_per_holder() -> None:
+    fleet = Fleet(converge_passes=12)
+    held = "canary-1 waits on pod research/train-7 (Job, PDB train-pdb allows 0)"
+    fleet.push(A)
+    fleet.run(2)
+    fleet.waiting_on["canary"] = held
+    fleet.run(4)
+    texts = [s.description for s in fleet.history(A, "canary")]
+    assert len(texts) == 2, texts  # rolling out, then once more with the holder
+    assert texts[1].startswith(texts[0].split(";")[0] + "; " + held), texts
+    assert (
+        read_mark(fleet.history(A, "canary")[1]).since
+        == read_mark(fleet.history(A, "canary")[0]).since
+    )
+    fleet.waiting_on["canary"] = "canary-1 waits on pod research/eval-2 (Job)"
+    fleet.run(2)
+    assert "research/eval-2" in fleet.history(A, "canary")[-1].description
+    assert len(fleet.history(A, "canary")) == 3
+    fleet.run_until(lambda: fleet.state(A, "canary") == SUCCESS)
