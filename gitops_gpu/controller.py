@@ -48,7 +48,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.sealed import SealedRecord, stage_approvers
 from gitops_gpu.snapshot import PassSnapshot, Reader
-from gitops_gpu.sync import engine, waits
+from gitops_gpu.sync import engine, verify_nodes, waits
 from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
@@ -337,6 +337,7 @@ class Controller:
             pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
             pools = self._workload_waits(snap, pools)
+            self._verify_new_nodes(snap, pools, health)
         smoking = any(s.gate.smoke_test is not None for s in stages)
         smoke = (
             self.smoke.results(stages, self.executor.stage_nodes(stages), self.clock())
@@ -406,6 +407,25 @@ class Controller:
             p: next((w.hold() for w in ws if w.hold()), "") for p, ws in found.by_pool().items()
         }
         return {p: replace(o, waiting_on=held.get(p, "")) for p, o in pools.items()}
+
+    def _verify_new_nodes(
+        self,
+        snap: PassSnapshot,
+        pools: dict[str, PoolObservation],
+        health: dict[str, PoolHealth],
+    ) -> None:
+        """Taint the pools' unverified nodes NoSchedule, untaint them once verified
+        (sync/verify_nodes.py); every pool, so one that stops verifying sheds the taint."""
+        targets = snap.live_targets({p: o.commit for p, o in pools.items()})
+        changes = [
+            change
+            for pool in pools
+            for change in verify_nodes.decide(
+                targets.get(pool), pools[pool].commit, health.get(pool), snap.members.get(pool, ())
+            )
+        ]
+        if changes:
+            verify_nodes.apply(self.client, changes)
 
     def _pool_metrics(self, health: dict[str, PoolHealth]) -> None:
         for pool, ph in health.items():

@@ -15,6 +15,11 @@ STAGE_ANNOTATION = f"{GROUP}/stage"
 MANAGED_LABELS_ANNOTATION = f"{GROUP}/managed-labels"
 # On nodes: the pool that owns the node, set by gitops-gpu with the pool's labels.
 POOL_LABEL = f"{GROUP}/pool"
+# On nodes of pools with verifyNewNodes: NoSchedule until the ladder verified the node on the
+# pool's commit (sync/verify_nodes.py); ours alone to add and remove. The annotation records
+# the commit a node was verified on.
+UNVERIFIED_TAINT = f"{GROUP}/unverified"
+VERIFIED_ANNOTATION = f"{GROUP}/verified"
 
 CLUSTER_POLICY_NAME = "cluster-policy"
 CLUSTER_POLICY_API = ("nvidia.com/v1", "ClusterPolicy")

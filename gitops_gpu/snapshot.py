@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.fleet.compiled import CompiledFleet
+from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.sync import engine, operands
 from gitops_gpu.sync.live import ChangeLog, Informer, pod_node, selector_matches
 
@@ -77,6 +77,16 @@ class PassSnapshot:
     # (pool, commit) -> the pool's plan at the commit its objects carry (its sync verdict)
     plans: Mapping[tuple[str, str], engine.PoolPlan]
     operands: OperandContext | None = None
+
+    def live_targets(self, commits: Mapping[str, str | None]) -> dict[str, PoolTarget]:
+        """Each pool's target at the commit its objects carry (``commits``: pool -> commit),
+        for the pools whose commit compiles and still holds them."""
+        out = {}
+        for pool, commit in commits.items():
+            compiled = self.compiled.get(commit or "")
+            if compiled is not None and holds(compiled, pool):
+                out[pool] = compiled.pool(pool)
+        return out
 
     def planned(self, pool: str, commit: str, drivers: Mapping[str, Obj]) -> engine.PoolPlan | None:
         """The pool's plan at ``commit`` from this read, if it made one and the pool's objects

@@ -149,6 +149,14 @@ def _annotations(commit: str, pool: str, stage: str) -> dict[str, str]:
     }
 
 
+# Tolerates the taint new nodes carry until verified (pools with verifyNewNodes).
+UNVERIFIED_TOLERATION = {
+    "key": names.UNVERIFIED_TAINT,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+
 def _compile_cluster(
     repo: FleetRepo, cname: str, context: str | None, pool_names: list[str], commit: str
 ) -> tuple[ClusterTarget, list[Conflict]]:
@@ -167,6 +175,9 @@ def _compile_cluster(
         # Operand pods move to a new revision only when deleted, so each stage's nodes move when
         # that stage adopts (sync/operands.py); RollingUpdate, if a fleet insists, is GG042.
         daemonsets.setdefault("updateStrategy", "OnDelete")
+        if any(repo.pools[p].model.spec.verify_new_nodes for p in pool_names):
+            # Operands must reach an unverified node: the ladder verifies it by them.
+            daemonsets["tolerations"] = _with_unverified(daemonsets.get("tolerations"))
     agreed = policy.common([policy.upgrade_policy(docs[p]) for p in pool_names])
     if agreed:
         driver["upgradePolicy"] = {**agreed, **driver.get("upgradePolicy", {})}
@@ -224,6 +235,8 @@ def driver_manifest(
     dspec["driverType"] = spec.driver_type
     dspec["default"] = False
     dspec["nodeSelector"] = dict(spec.node_selector)
+    if spec.verify_new_nodes:  # the driver must reach the node it is to verify
+        dspec["tolerations"] = _with_unverified(dspec.get("tolerations"))
     return {
         "apiVersion": names.NVIDIA_DRIVER_API[0],
         "kind": names.NVIDIA_DRIVER_API[1],
@@ -262,4 +275,16 @@ def _pool_target(
         driver=driver,
         driver_version=version if isinstance(version, str) else None,
         unavailable_nodes=spec.unavailable_nodes,
+        verify_new_nodes=spec.verify_new_nodes,
     )
+
+
+def _with_unverified(tolerations: Any) -> Any:
+    """``tolerations`` plus one of names.UNVERIFIED_TAINT (a non-list is left for the CRD
+    schema to refuse)."""
+    if tolerations is not None and not isinstance(tolerations, list):
+        return tolerations
+    have = list(tolerations or [])
+    if any(isinstance(t, dict) and t.get("key") == names.UNVERIFIED_TAINT for t in have):
+        return have
+    return [*have, UNVERIFIED_TOLERATION]

@@ -86,6 +86,8 @@ class PoolTarget:
     # skip: counted, not judged (at most max_unavailable of them); wait: progressing; fail:
     # degraded.
     unavailable_nodes: UnavailableNodes = "skip"
+    # New nodes carry names.UNVERIFIED_TAINT until verified (sync/verify_nodes.py).
+    verify_new_nodes: bool = False
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,9 @@ class NodePoolSpec(_Model):
     # A node NotReady, or cordoned by someone other than the driver upgrade: skip it (within
     # maxUnavailable), wait for it, or fail the stage (docs/rollout.md).
     unavailable_nodes: UnavailableNodes = "skip"
+    # Opt-in: a node that joins the pool is tainted NoSchedule (gitops-gpu.io/unverified) until
+    # the ladder verifies it on the pool's commit (docs/rollout.md).
+    verify_new_nodes: StrictBool = False
     workload: Literal["container", "vm-passthrough", "vm-vgpu"] | None = None
     disabled_components: list[Component] = Field(default_factory=list)
     # Not a ClusterPolicy field: NVIDIADriver.driverType (immutable) is chosen per pool here.

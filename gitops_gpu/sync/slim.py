@@ -103,7 +103,11 @@ def node(obj: Obj) -> Obj:
     status = obj.get("status") or {}
     ready = [_ready(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     alloc = _strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,))
-    spec = {"unschedulable": True} if (obj.get("spec") or {}).get("unschedulable") else {}
+    raw = obj.get("spec") or {}
+    spec: dict[str, Any] = {"unschedulable": True} if raw.get("unschedulable") else {}
+    ours = [t for t in raw.get("taints") or [] if t.get("key") == names.UNVERIFIED_TAINT]
+    if ours:  # only our taint: others' are not read, and never written back from here
+        spec["taints"] = [{"key": names.UNVERIFIED_TAINT, "effect": ours[0].get("effect")}]
     return {
         "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES),
         "spec": spec,
@@ -252,6 +256,7 @@ _ListMeta = TypedDict(
 
 class _NodeSpec(TypedDict, total=False):
     unschedulable: bool
+    taints: list[dict[str, Any]]
 
 
 class _NodeStatus(TypedDict, total=False):

@@ -20,7 +20,7 @@ from gitops_gpu import kube, names
 from gitops_gpu.components import holders, signals
 from gitops_gpu.fleet.compiled import PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
-from gitops_gpu.snapshot import PassSnapshot, holds
+from gitops_gpu.snapshot import PassSnapshot
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -46,12 +46,7 @@ def read_pass(
     client: kube.Client, snap: PassSnapshot, pools: Mapping[str, PoolObservation], now: float
 ) -> Waits:
     """The waits among the pools' members, each judged against the commit its objects carry."""
-    targets = {
-        pool: compiled.pool(pool)
-        for pool, obs in pools.items()
-        for compiled in (snap.compiled.get(obs.commit or ""),)
-        if compiled is not None and holds(compiled, pool)
-    }
+    targets = snap.live_targets({p: o.commit for p, o in pools.items()})
     return read(client, {p: snap.members.get(p, ()) for p in targets}, targets, now)
 
 

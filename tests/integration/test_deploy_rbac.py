@@ -39,7 +39,7 @@ from gitops_gpu.fleet.compiled import SmokeTestSpec
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.sync import operands, smoke, waits
+from gitops_gpu.sync import operands, smoke, verify_nodes, waits
 from gitops_gpu_dev.testbed import nodes
 from gitops_gpu_dev.testbed.reports import SnapshotReports
 from gitops_gpu_dev.testbed.session import Testbed
@@ -208,6 +208,10 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
         waits.write(sa, found)
         stamped = admin.get("v1", "Node", created[0])["metadata"]["annotations"]
         assert stamped[waits.SINCE_ANNOTATION].startswith("drain-required@")
+        # verifyNewNodes: the unverified taint set, then lifted as the node is verified.
+        assert verify_nodes.apply(sa, [verify_nodes.Change(created[0], taint=True)]) == 1
+        lifted = verify_nodes.Change(created[0], taint=False, verified=drop)
+        assert verify_nodes.apply(sa, [lifted]) == 1
     finally:
         ctl.stop_informers()
         lease.release()

@@ -114,6 +114,21 @@ def test_unavailable_nodes_from_pool_yaml(tmp_path: Path) -> None:
     assert "unavailableNodes" not in compiled.pool("a").driver["spec"]  # ours, not the CR's
 
 
+def test_verify_new_nodes_makes_the_operands_tolerate_the_unverified_taint(tmp_path: Path) -> None:
+    tolerates = {"key": names.UNVERIFIED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    root = write_repo(tmp_path, {"a": {"verifyNewNodes": True}, "b": {}})
+    compiled = compile_fleet(load_repo(root), "x")
+    assert compiled.pool("a").verify_new_nodes and not compiled.pool("b").verify_new_nodes
+    assert tolerates in compiled.pool("a").driver["spec"]["tolerations"]
+    assert tolerates not in compiled.pool("b").driver["spec"].get("tolerations", [])
+    # The cluster's operand DaemonSets reach every pool's unverified nodes: one list, once.
+    cp = compiled.clusters["default"].cluster_policy["spec"]["daemonsets"]["tolerations"]
+    assert cp.count(tolerates) == 1
+    off = compile_fleet(load_repo(write_repo(tmp_path / "off", {"a": {}, "b": {}})), "x")
+    spec = off.clusters["default"].cluster_policy["spec"]["daemonsets"]
+    assert tolerates not in spec.get("tolerations", [])
+
+
 def test_cluster_field_disagreement(tmp_path: Path) -> None:
     root = write_repo(
         tmp_path,

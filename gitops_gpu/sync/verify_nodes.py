@@ -1,0 +1,108 @@
+"""New nodes take no GPU work before they are verified (NodePool ``verifyNewNodes: true``).
+
+A node of such a pool that gitops-gpu has not verified yet (no :data:`names.VERIFIED_ANNOTATION`)
+carries the ``NoSchedule`` taint :data:`names.UNVERIFIED_TAINT`; once the ladder judges it
+Healthy on the commit the pool's objects carry, the annotation records that commit and the
+taint goes. The taint is ours: added and removed only here, by key, every other taint kept (a
+merge patch with the node's resourceVersion, so a concurrent change is never overwritten: it is
+tried again next pass). A node verified once stays verified: later commits are the gate's job.
+The pool's operands tolerate the taint (fleet/compile.py), or nothing could verify the node.
+A pool that stops verifying new nodes has our taint removed from its nodes.
+
+A pass adds the taint within one interval of a node joining; for no window at all, register
+nodes with it (kubelet ``--register-with-taints=gitops-gpu.io/unverified=:NoSchedule``, or the
+cloud node group's taints): gitops-gpu removes it the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gitops_gpu import kube, names
+from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.fleet.compiled import PoolTarget
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+TAINT = {"key": names.UNVERIFIED_TAINT, "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Change:
+    node: str
+    taint: bool  # True: add our taint; False: remove it
+    verified: str | None = None  # the commit to record as verified on
+
+
+def decide(
+    target: PoolTarget | None,
+    commit: str | None,
+    health: PoolHealth | None,
+    members: Iterable[Obj],
+) -> list[Change]:
+    """What to change on the pool's nodes. ``commit``: what the pool's objects carry (None:
+    not one commit yet); ``health``: the ladder's verdicts at that commit."""
+    verdicts = {n.node: n.health for n in health.nodes} if health is not None else {}
+    out = []
+    for node in members:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name"))
+        tainted = any(
+            t.get("key") == names.UNVERIFIED_TAINT
+            for t in (node.get("spec") or {}).get("taints") or []
+        )
+        verified = names.VERIFIED_ANNOTATION in (meta.get("annotations") or {})
+        if target is None or not target.verify_new_nodes or verified:
+            if tainted:
+                out.append(Change(name, taint=False))
+            continue
+        if commit is not None and verdicts.get(name) is Health.HEALTHY:
+            out.append(Change(name, taint=False, verified=commit))
+        elif not tainted:
+            out.append(Change(name, taint=True))
+    return out
+
+
+def apply(client: kube.Client, changes: Sequence[Change]) -> int:
+    """Carry ``changes`` out; returns how many nodes were written. A node that changed meanwhile
+    (409) or went is left for the next pass."""
+    written = 0
+    for change in changes:
+        node = client.get("v1", "Node", change.node)
+        if node is None:
+            continue
+        taints = [
+            t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT["key"]
+        ]
+        if change.taint:
+            taints.append(dict(TAINT))
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": taints},
+        }
+        if change.verified is not None:
+            patch["metadata"]["annotations"] = {names.VERIFIED_ANNOTATION: change.verified}
+        try:
+            client.patch("v1", "Node", change.node, patch, field_manager=names.FIELD_MANAGER)
+        except GitopsGpuError as exc:
+            log.info("node %s not %s this pass: %s", change.node, _what(change), exc)
+            continue
+        log.info("node %s %s", change.node, _what(change))
+        written += 1
+    return written
+
+
+def _taints(node: Obj) -> list[Obj]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def _what(change: Change) -> str:
+    if change.taint:
+        return f"tainted {names.UNVERIFIED_TAINT}:NoSchedule (not verified yet)"
+    if change.verified is not None:
+        return f"verified on {change.verified[:12]}: {names.UNVERIFIED_TAINT} removed"
+    return f"untainted ({names.UNVERIFIED_TAINT} not wanted)"
