@@ -336,6 +336,9 @@ class Controller:
             snap = self.reader.read(self.engine, drivers, newest, self.compiled_for, ops)
             pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
+            self.executor.skipped = frozenset(
+                n.node for ph in health.values() for n in ph.nodes if n.health is Health.SKIPPED
+            )
             pools = self._workload_waits(snap, pools)
             self._verify_new_nodes(snap, pools, health)
         smoking = any(s.gate.smoke_test is not None for s in stages)

@@ -5,7 +5,7 @@ run a smoke test. Every write first checks the leader fence; the controller deci
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -78,17 +78,13 @@ class Executor:
         self.operands, self.smoke, self.nodes = operands, smoke, nodes
         self.recorder, self.metrics, self.clock = recorder, metrics, clock
         self.may_write = may_write  # the fence (leader election's holds()), asked before writes
+        # Nodes judged Skipped this pass (unavailableNodes: skip): no smoke Job, no query.
+        self.skipped: frozenset[str] = frozenset()
 
     def stage_nodes(self, stages: tuple[StageSpec, ...]) -> dict[str, list[str]]:
-        """Node names per stage, from the pool label (what the smoke tests select from)."""
-        pool_stage = {p: s.name for s in stages for p in s.pools}
-        out: dict[str, list[str]] = {s.name: [] for s in stages}
-        for node in self.nodes.items():
-            meta = node.get("metadata") or {}
-            stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
-            if stage is not None:
-                out[stage].append(meta["name"])
-        return out
+        """Node names per stage (what smoke tests and metric queries cover), but the nodes this
+        pass skips as unavailable (``skipped``, set by the controller's pass)."""
+        return nodes_by_stage(self.nodes.items(), stages, self.skipped)
 
     def finish_smoke_tests(self, actions: Sequence[object]) -> None:
         """Smoke Jobs the machine did not ask for this pass are done: an Event per failed node,
@@ -260,3 +256,18 @@ class Executor:
                 *names.CLUSTER_POLICY_API, obj.name, "ClusterWideChange", message, warning=True
             )
             self.metrics.cluster_wide_changes.labels(stage).inc()
+
+
+def nodes_by_stage(
+    nodes: Iterable[Mapping[str, Any]], stages: Sequence[StageSpec], skipped: Set[str] = frozenset()
+) -> dict[str, list[str]]:
+    """Node names per stage, from the pool label; ``skipped`` nodes left out (a NotReady node
+    would never run its smoke Job, and a skipped node is not judged)."""
+    pool_stage = {p: s.name for s in stages for p in s.pools}
+    out: dict[str, list[str]] = {s.name: [] for s in stages}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
+        if stage is not None and meta["name"] not in skipped:
+            out[stage].append(meta["name"])
+    return out
