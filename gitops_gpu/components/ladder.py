@@ -7,10 +7,11 @@ breaks the validator, and the root cause is the driver. Rungs a pool switches of
 Order: node (Ready) -> nfd -> driver -> gpu (NVML hardware faults) -> toolkit -> gfd ->
 device-plugin -> dcgm -> mig-manager -> validator.
 
-A node that is not available (NotReady, or cordoned by someone other than the driver upgrade:
-node.unavailable) is not judged by its rungs but by the pool's ``unavailableNodes``: skip
-(Skipped: counted, not judged, at most maxUnavailable of them: :func:`judge_pool`), wait
-(Progressing) or fail (Degraded), with the reason. The rungs are still walked, for ``nodes``.
+A node that is not available (NotReady; or cordoned by someone other than the driver upgrade
+and failing a rung: node.unavailable) is not judged by its rungs but by the pool's
+``unavailableNodes``: skip (Skipped: counted, not judged, at most maxUnavailable of them:
+:func:`judge_pool`), wait (Progressing) or fail (Degraded), with the reason. The rungs are
+still walked, for ``nodes``.
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ def walk(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) ->
     """Judge one node: every rung's result, and the first failing rung as the verdict (an
     unavailable node's verdict is the pool's ``unavailableNodes``)."""
     rungs = tuple(check(ev, pool, opts) for _, check in RUNGS)
+    failing = next((r for r in rungs if not r.ok), None)
     gone = node.unavailable(ev, pool)
-    if gone is not None:
+    # A cordoned node whose rungs all pass is simply healthy: it runs the commit, and a cordon
+    # the operator keeps (one already there when its upgrade began) must not stall a pool.
+    if gone is not None and (gone.kind == node.NOT_READY or failing is not None):
         health, note = _POLICY[pool.unavailable_nodes]
         return NodeHealth(ev.name, health, gone.reason + note, rungs, gone)
-    failing = next((r for r in rungs if not r.ok), None)
     if failing is not None:
         return NodeHealth(ev.name, failing.health, failing.reason, rungs)
     driver_facts = next(r.reason for r in rungs if r.component == driver.COMPONENT)

@@ -196,14 +196,25 @@ def test_a_node_without_a_ready_condition_or_its_time_is_not_ready() -> None:
 
 
 # -- whose cordon ---------------------------------------------------------------------------------
-def test_a_cordon_by_an_admin_makes_the_node_unavailable() -> None:
-    verdict = ladder.walk(cordoned("gpu-4"), pool())
+def test_a_cordon_by_an_admin_makes_an_unhealthy_node_unavailable() -> None:
+    # Not verified on the commit (the validator has not run there): a rung fails.
+    down = edit(cordoned("gpu-4"), annotations={"gitops-gpu.io/validator": "running"})
+    verdict = ladder.walk(down, pool())
     assert verdict.health is SKIP
     assert verdict.reason == "cordoned (not by the driver upgrade), skipped"
-    obs = judge(pool(), four_with(cordoned("gpu-4")))
+    obs = judge(pool(), four_with(down))
     assert gate_of(obs).summary == f"3/4 nodes on {DRIVER}, 1 unavailable (cordoned), skipped"
-    failed = judge(pool(unavailable_nodes="fail"), four_with(cordoned("gpu-4")))
+    failed = judge(pool(unavailable_nodes="fail"), four_with(down))
     assert failed.first_failure == "gpu-4 cordoned (not by the driver upgrade)"
+
+
+def test_a_cordoned_node_healthy_on_every_rung_counts_healthy() -> None:
+    # E.g. a cordon the operator keeps at upgrade-done (there when its upgrade began): the
+    # node runs the commit; skipping it would stall a pool of one for good.
+    kept = edit(cordoned("gpu-4"), annotations={INITIAL_STATE: "true"})
+    verdict = ladder.walk(kept, pool())
+    assert verdict.health is Health.HEALTHY and verdict.unavailable is None
+    assert judge(pool(), four_with(kept)).nodes_healthy == 4
 
 
 @pytest.mark.parametrize(
