@@ -118,6 +118,11 @@ class NotFoundError(KubeError):
     pass
 
 
+class StaleError(KubeError):
+    """A write carrying a resourceVersion the object has moved past (409, not an apply
+    conflict): read it again and retry."""
+
+
 # Watches hold a connection each and node labels go out up to 32 at once; the default (5 per
 # CPU) would open and drop a TLS connection for every request beyond it.
 POOL_CONNECTIONS = 48
@@ -460,6 +465,8 @@ def _translate(
         )
     if status == 409 and method == "PUT":
         return ConflictError(f"{method} {path}: {message}", [])
+    if status == 409 and method == "PATCH" and "has been modified" in message:
+        return StaleError(f"{method} {path}: {message}", fix="read the object again and retry")
     if status == 409 and "conflict" in message.lower() and method == "PATCH":
         causes = details.get("details", {}).get("causes", [])
         managers = sorted(

@@ -4,8 +4,10 @@ A node of such a pool that gitops-gpu has not verified yet (no :data:`names.VERI
 carries the ``NoSchedule`` taint :data:`names.UNVERIFIED_TAINT`; once the ladder judges it
 Healthy on the commit the pool's objects carry, the annotation records that commit and the
 taint goes. The taint is ours: added and removed only here, by key, every other taint kept (a
-merge patch with the node's resourceVersion, so a concurrent change is never overwritten: it is
-tried again next pass). A node verified once stays verified: later commits are the gate's job.
+merge patch with the node's resourceVersion, so a concurrent change is never overwritten; a
+409 is read again and retried a few times, since a joining node is busy: status, the
+lifecycle controller's taints, NFD and GPU feature labels). A node verified once stays
+verified: later commits are the gate's job.
 The pool's operands tolerate the taint (fleet/compile.py), or nothing could verify the node.
 A pool that stops verifying new nodes has our taint removed from its nodes.
 
@@ -68,16 +70,30 @@ def decide(
 
 
 def apply(client: kube.Client, changes: Sequence[Change]) -> int:
-    """Carry ``changes`` out; returns how many nodes were written. A node that changed meanwhile
-    (409) or went is left for the next pass."""
+    """Carry ``changes`` out; returns how many nodes were written. A node that went, or kept
+    changing under us (409 on every try), is left for the next pass."""
     written = 0
     for change in changes:
+        try:
+            done = _apply_one(client, change)
+        except GitopsGpuError as exc:
+            log.info("node %s not %s this pass: %s", change.node, _what(change), exc)
+            continue
+        if done:
+            log.info("node %s %s", change.node, _what(change))
+            written += 1
+    return written
+
+
+CONFLICT_TRIES = 4
+
+
+def _apply_one(client: kube.Client, change: Change) -> bool:
+    for attempt in range(CONFLICT_TRIES):
         node = client.get("v1", "Node", change.node)
         if node is None:
-            continue
-        taints = [
-            t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT["key"]
-        ]
+            return False
+        taints = [t for t in _taints(node) if t.get("key") != TAINT["key"]]
         if change.taint:
             taints.append(dict(TAINT))
         patch: dict[str, Any] = {
@@ -88,12 +104,12 @@ def apply(client: kube.Client, changes: Sequence[Change]) -> int:
             patch["metadata"]["annotations"] = {names.VERIFIED_ANNOTATION: change.verified}
         try:
             client.patch("v1", "Node", change.node, patch, field_manager=names.FIELD_MANAGER)
-        except GitopsGpuError as exc:
-            log.info("node %s not %s this pass: %s", change.node, _what(change), exc)
+        except kube.StaleError:
+            if attempt == CONFLICT_TRIES - 1:
+                raise
             continue
-        log.info("node %s %s", change.node, _what(change))
-        written += 1
-    return written
+        return True
+    return False
 
 
 def _taints(node: Obj) -> list[Obj]:

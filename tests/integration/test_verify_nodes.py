@@ -57,7 +57,25 @@ def test_our_taint_comes_and_goes_and_theirs_stays(testbed: Any, node: str) -> N
     assert verify_nodes.apply(client, [Change("no-such-node", taint=True)]) == 0
 
 
-def test_a_node_changed_meanwhile_is_left_for_the_next_pass(
+def test_a_node_changed_once_meanwhile_is_read_again_and_written(
+    testbed: Any, node: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = testbed.client
+    stale = client.get("v1", "Node", node)
+    client.patch("v1", "Node", node, {"metadata": {"labels": {"moved": "yes"}}})
+    real_get = client.get
+    reads = iter([stale])
+    monkeypatch.setattr(client, "get", lambda *a, **k: next(reads, None) or real_get(*a, **k))
+    assert verify_nodes.apply(client, [Change(node, taint=True)]) == 1
+    monkeypatch.undo()
+    after = client.get("v1", "Node", node)
+    assert after["metadata"]["labels"]["moved"] == "yes"  # the other writer's change stays
+    assert {"key": names.UNVERIFIED_TAINT, "effect": "NoSchedule"} in [
+        {k: v for k, v in t.items() if k != "timeAdded"} for t in after["spec"]["taints"]
+    ]
+
+
+def test_a_node_that_keeps_changing_is_left_for_the_next_pass(
     testbed: Any, node: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = testbed.client
