@@ -366,6 +366,8 @@ class Controller:
         report.actions = list(actions)
         for action in actions:
             self.executor.execute(action, report, stages, snap)
+        if snap is not None:
+            self.executor.hold_upgrades(actions, stages, snap)
         if smoking and not paused and not held:
             self.executor.finish_smoke_tests(actions)
 

@@ -18,6 +18,7 @@ from gitops_gpu.operand_rollout import OperandRoller
 from gitops_gpu.rollout.actions import (
     Action,
     AdoptCommit,
+    HoldUpgrades,
     Rollback,
     RunSmokeTest,
     SetStatus,
@@ -25,7 +26,7 @@ from gitops_gpu.rollout.actions import (
 )
 from gitops_gpu.sealed import SealedRecord
 from gitops_gpu.snapshot import PassSnapshot
-from gitops_gpu.sync import engine, prune
+from gitops_gpu.sync import engine, prune, upgrade_holds
 from gitops_gpu.sync.live import Informer
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.verdicts import Verdicts
@@ -86,6 +87,25 @@ class Executor:
         pass skips as unavailable (``skipped``, set by the controller's pass)."""
         return nodes_by_stage(self.nodes.items(), stages, self.skipped)
 
+    def hold_upgrades(
+        self, actions: Sequence[object], stages: tuple[StageSpec, ...], snap: PassSnapshot
+    ) -> int:
+        """Hold the driver upgrade of the not-started nodes of every stage the pass held, and
+        release our hold everywhere else (sync/upgrade_holds.py); returns nodes written."""
+        reasons = {a.stage: a.reason for a in actions if isinstance(a, HoldUpgrades)}
+        holds = {
+            str(node["metadata"]["name"]): reasons[stage.name]
+            for stage in stages
+            if stage.name in reasons
+            for pool in stage.pools
+            for node in snap.members.get(pool, ())
+        }
+        changes = upgrade_holds.decide(self.nodes.items(), holds)
+        if not changes:
+            return 0
+        self._fence()
+        return upgrade_holds.apply(self.engine.client, changes)
+
     def finish_smoke_tests(self, actions: Sequence[object]) -> None:
         """Smoke Jobs the machine did not ask for this pass are done: an Event per failed node,
         then the Jobs go (their result is in the record by now)."""
@@ -108,12 +128,8 @@ class Executor:
         snap: PassSnapshot | None = None,
     ) -> None:
         """Carry out ``action``; ``snap`` is what the pass read (its pools' plans are reused)."""
-        if not isinstance(action, Wait) and not self.may_write():
-            # Fenced: another replica may lead by now; this pass stops writing.
-            raise NotLeaderError(
-                "lost the Lease during the pass; stopping before the next write",
-                fix="nothing to do: the replica that leads now carries on",
-            )
+        if not isinstance(action, Wait):
+            self._fence()
         match action:
             case AdoptCommit(stage=stage, commit=commit):
                 report.applied += self.apply_stage(stage, commit, snap=snap)
@@ -125,10 +141,20 @@ class Executor:
                 spec = next(s for s in stages if s.name == action.stage)
                 nodes = self.stage_nodes(stages).get(spec.name, [])
                 report.applied += self.smoke.run(spec, action.commit, nodes)
+            case HoldUpgrades():
+                pass  # carried out once per pass, all stages together (hold_upgrades)
             case Wait():
                 log.debug("waiting: %s", action.reason)
             case _:
                 assert_never(action)
+
+    def _fence(self) -> None:
+        if not self.may_write():
+            # Fenced: another replica may lead by now; this pass stops writing.
+            raise NotLeaderError(
+                "lost the Lease during the pass; stopping before the next write",
+                fix="nothing to do: the replica that leads now carries on",
+            )
 
     def _write_status(self, action: SetStatus, report: PassReport) -> None:
         if self.record.write(action.to_status(self.clock())):

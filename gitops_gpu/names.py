@@ -20,6 +20,9 @@ POOL_LABEL = f"{GROUP}/pool"
 # the commit a node was verified on.
 UNVERIFIED_TAINT = f"{GROUP}/unverified"
 VERIFIED_ANNOTATION = f"{GROUP}/verified"
+# On nodes gitops-gpu labelled UPGRADE_SKIP_LABEL=true to hold the operator's driver upgrade
+# while their stage may not move (sync/upgrade_holds.py): why. Only such labels are removed.
+UPGRADE_HOLD_ANNOTATION = f"{GROUP}/upgrade-held"
 
 CLUSTER_POLICY_NAME = "cluster-policy"
 CLUSTER_POLICY_API = ("nvidia.com/v1", "ClusterPolicy")

@@ -40,6 +40,9 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     managed = not signals.disabled_for_pool(pool, "driver")  # false: a pre-installed driver
     state = ev.labels.get(names.UPGRADE_STATE_LABEL, "") if managed else ""
     state_text = f", upgrade-state {state}" if state else ""
+    held = ev.annotations.get(names.UPGRADE_HOLD_ANNOTATION)
+    if held and state == "upgrade-required":  # sync/upgrade_holds.py: not started, on purpose
+        state_text += f" (held: {held})"
     problem = signals.report_problem(COMPONENT, ev, opts)
     if problem is not None:
         if state == UPGRADE_FAILED:

@@ -66,4 +66,13 @@ class RunSmokeTest:
     commit: str
 
 
-Action = AdoptCommit | Rollback | RunSmokeTest | SetStatus | Wait
+@dataclass(frozen=True)
+class HoldUpgrades:
+    """``stage`` may not move (``reason``): hold the operator's driver upgrade of its nodes not
+    started yet (sync/upgrade_holds.py). A stage not named in a pass's holds is released."""
+
+    stage: str
+    reason: str
+
+
+Action = AdoptCommit | HoldUpgrades | Rollback | RunSmokeTest | SetStatus | Wait

@@ -48,6 +48,7 @@ from gitops_gpu.rollout import line, span
 from gitops_gpu.rollout.actions import (
     Action,
     AdoptCommit,
+    HoldUpgrades,
     Rollback,
     RunSmokeTest,
     SetStatus,
@@ -92,9 +93,10 @@ def step(inp: RolloutInput) -> list[Action]:
     if inp.paused:  # the line's own status says so; nothing of the record is written
         stop = inp.stop or line.LineStop()
         waiting = Wait("line stopped: nothing is adopted, promoted, rolled back or recorded")
-        return [*line.statuses(stop, shas, record), waiting]
+        return [*line.statuses(stop, shas, record), *_hold_all(inp, stop.describe()), waiting]
     if inp.held:  # preflight verdicts still reach pull requests; nothing else moves
-        return [*_preflight_statuses(inp.commits, record), Wait(f"rollout held: {inp.held}")]
+        held = f"rollout held: {inp.held}"
+        return [*_preflight_statuses(inp.commits, record), *_hold_all(inp, held), Wait(held)]
     return _capped([*line.statuses(None, shas, record), *_step(inp, record)], record)
 
 
@@ -149,9 +151,12 @@ def _stage_step(
     record: Record,
 ) -> list[Action]:
     name, context = stage.name, span.part_context(stage)
+    window = _window(stage, inp.now)
+    # Outside its window the operator starts no node of the stage either (but a rollback).
+    hold: list[Action] = [] if window.open else [HoldUpgrades(name, window.reason)]
     if not eligible:
         waiting_for = f"{previous.name} to pass" if previous else "preflight to pass"
-        return [Wait(f"{name}: no commit to adopt yet (waiting for {waiting_for} one)")]
+        return [*hold, Wait(f"{name}: no commit to adopt yet (waiting for {waiting_for} one)")]
     target = eligible[0]
     # Older commits still pending here will never finish: close them (after the adoption, so
     # "superseded" is only said once the newer commit is on its way).
@@ -171,14 +176,13 @@ def _stage_step(
     approved = not stage.gate.approval_required or (target, name) in inp.approvals
     if not approved and not view.on_commit:
         # Approval comes before adoption: nothing of the commit reaches these pools yet.
-        return superseded + _await_rollout_approval(stage, target, inp, record)
-    actions: list[Action] = []
-    window = _window(stage, inp.now)
+        return hold + superseded + _await_rollout_approval(stage, target, inp, record)
+    actions: list[Action] = list(hold)
     if approved and not (view.on_commit and view.in_sync):
         if window.open:
             actions.append(AdoptCommit(name, target))  # also heals drift on a finished stage
         elif not view.on_commit:
-            return superseded + _await_window(stage, target, inp, record, window)
+            return hold + superseded + _await_window(stage, target, inp, record, window)
         else:  # closed mid-rollout: what the operator started finishes, no new batch starts
             actions.append(Wait(f"{name}: no new node batch, {window.reason}"))
     actions.extend(superseded)
@@ -187,6 +191,10 @@ def _stage_step(
     elif state != SUCCESS:
         actions.extend(_gate(stage, target, view, inp, record))
     return actions
+
+
+def _hold_all(inp: RolloutInput, reason: str) -> list[Action]:
+    return [HoldUpgrades(stage.name, reason) for stage in inp.stages]
 
 
 def _window(stage: StageSpec, now: float) -> windows.WindowState:

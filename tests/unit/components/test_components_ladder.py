@@ -176,6 +176,21 @@ CASES: list[Case] = [
         "upgrade-state drain-required",
     ),
     (
+        "upgrade held by a closed window",
+        lambda: edit(
+            with_status(healthy(), status_for("gpu-1", driver_version="570.86.10")),
+            labels={
+                G + "gpu-driver-upgrade-state": "upgrade-required",
+                G + "gpu-driver-upgrade.skip": "true",
+            },
+            annotations={"gitops-gpu.io/upgrade-held": "frozen until Mon 00:00 UTC: launch"},
+        ),
+        DEFAULT_POOL,
+        "driver",
+        P,
+        "upgrade-state upgrade-required (held: frozen until Mon 00:00 UTC: launch)",
+    ),
+    (
         "version never applied",
         lambda: with_status(healthy(), status_for("gpu-1", driver_version="570.86.10")),
         DEFAULT_POOL,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from rollout_sim import PASS, T0, Fleet, sha, stages
 
 from gitops_gpu.fleet.compiled import GateSpec
-from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.actions import AdoptCommit, HoldUpgrades, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.inputs import Commit
 from gitops_gpu.rollout.line import LINE_CONTEXT, LineStop
 from gitops_gpu.rollout.phases import Phase, read_mark
@@ -262,8 +262,11 @@ def test_a_stopped_line_moves_nothing_and_says_so_on_the_newest_commit() -> None
     fleet.push(B)
     for _ in range(5):
         actions = fleet.run_pass()
-        moves = [a for a in actions if not isinstance(a, Wait)]
+        moves = [a for a in actions if not isinstance(a, Wait | HoldUpgrades)]
         assert all(isinstance(a, SetStatus) and a.context == LINE_CONTEXT for a in moves)
+        holds = [a for a in actions if isinstance(a, HoldUpgrades)]
+        assert {a.stage for a in holds} == {"canary", "production"}
+        assert all(a.reason.endswith(": incident 42") for a in holds)
     line_says = [(s.state, s.description) for s in fleet.line(B)]
     stopped = f"line stopped by alice at {datetime.fromtimestamp(T0, UTC):%Y-%m-%d %H:%MZ}"
     assert line_says == [(ERROR, f"{stopped}: incident 42")]  # written once

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rollout_sim import T0, sha
 
 from gitops_gpu.fleet.compiled import GateSpec, StageSpec
-from gitops_gpu.rollout.actions import AdoptCommit, Rollback, SetStatus, Wait
+from gitops_gpu.rollout.actions import AdoptCommit, HoldUpgrades, Rollback, SetStatus, Wait
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.line import LINE_CONTEXT
 from gitops_gpu.rollout.machine import step
@@ -46,11 +46,14 @@ def check(inp: RolloutInput, actions: list[object]) -> None:
     record = Record(inp.statuses)
     by_sha = {c.sha: c for c in inp.commits}
     index = {s.name: i for i, s in enumerate(inp.stages)}
-    if inp.paused:  # only the line's own status is written
+    if inp.paused:  # only the line's own status is written, and every stage is held
         assert all(
-            isinstance(a, Wait) or (isinstance(a, SetStatus) and a.context == LINE_CONTEXT)
+            isinstance(a, Wait | HoldUpgrades)
+            or (isinstance(a, SetStatus) and a.context == LINE_CONTEXT)
             for a in actions
         )
+        held = {a.stage for a in actions if isinstance(a, HoldUpgrades)}
+        assert held == {s.name for s in inp.stages}
     for action in actions:
         if isinstance(action, AdoptCommit | Rollback):
             commit = action.commit if isinstance(action, AdoptCommit) else action.to_commit

@@ -12,7 +12,7 @@ from rollout_sim import PASS, T0, Fleet, sha, stages
 
 from gitops_gpu.fleet.compiled import GateSpec
 from gitops_gpu.fleet.windows import Freeze, Recurrence, Windows
-from gitops_gpu.rollout.actions import AdoptCommit, Rollback, Wait
+from gitops_gpu.rollout.actions import AdoptCommit, HoldUpgrades, Rollback, Wait
 from gitops_gpu.rollout.phases import Phase, read_mark
 from gitops_gpu.rollout.status import FAILURE, PENDING, SUCCESS
 
@@ -76,8 +76,14 @@ def test_a_window_closing_mid_rollout_starts_no_new_batch() -> None:
     assert adopting[-1] >= at(15, 9)  # batches went on while open
     said = [a.reason for t, a in fleet.actions if isinstance(a, Wait) and t >= at(15, 10)]
     assert "canary: no new node batch, waiting for window: opens Mon 15:00 UTC (in 23h49m)" in said
+    # ... and the operator starts no node of the canary either, while closed only.
+    held = [(t, a) for t, a in fleet.actions if isinstance(a, HoldUpgrades)]
+    assert held and all(t >= at(15, 10) and a.stage == "canary" for t, a in held), held
+    assert held[-1][1].reason.startswith("waiting for window: opens Mon 15:00 UTC")
     fleet.now = at(15, 0, day=16)
-    assert any(isinstance(a, AdoptCommit) for a in fleet.run_pass())  # open again: next batch
+    opened = fleet.run_pass()
+    assert any(isinstance(a, AdoptCommit) for a in opened)  # open again: next batch
+    assert not any(isinstance(a, HoldUpgrades) for a in opened)  # and the hold lifts
 
 
 def test_a_gate_timeout_counts_only_open_time() -> None:
@@ -123,6 +129,9 @@ def test_a_rollback_is_not_held_by_a_closed_window() -> None:
     rollbacks = [t for t, a in fleet.actions if isinstance(a, Rollback)]
     assert rollbacks and rollbacks[0] >= at(15, 30)  # the window had closed
     assert fleet.pools["canary"].commit == A
+    # Once failed, the canary's nodes are not held: the operator takes them back to A.
+    failed_at = fleet.latest(B, "canary").created_at  # type: ignore[union-attr]
+    assert not [a for t, a in fleet.actions if t > failed_at and isinstance(a, HoldUpgrades)]
 
 
 def test_an_always_open_stage_behaves_as_before() -> None:
@@ -131,3 +140,23 @@ def test_an_always_open_stage_behaves_as_before() -> None:
         fleet.push(A)
         fleet.run_until(lambda f=fleet: f.state(A, "production") == SUCCESS)  # type: ignore[misc]
     assert [s.description for s in plain.written] == [s.description for s in open_.written]
+
+
+def test_a_stopped_line_holds_every_stages_node_upgrades() -> None:
+    fleet = Fleet()
+    fleet.push(A)
+    fleet.run(2)
+    fleet.paused = True
+    actions = fleet.run_pass()
+    held = {a.stage: a.reason for a in actions if isinstance(a, HoldUpgrades)}
+    assert sorted(held) == sorted(s.name for s in fleet.stage_specs)
+    assert set(held.values()) == {"line stopped"}
+    fleet.paused = False
+    assert not any(isinstance(a, HoldUpgrades) for a in fleet.run_pass())
+
+
+def test_an_open_window_never_holds_node_upgrades() -> None:
+    fleet = windowed(daily(15, 0, 3 * 3600))  # open through T0 and beyond
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.state(A, "production") == SUCCESS, max_passes=120)
+    assert not any(isinstance(a, HoldUpgrades) for _, a in fleet.actions)
