@@ -7,7 +7,8 @@ states, each for its own set of pods on the node:
   ``upgradePolicy.waitForCompletion.podSelector`` still Running or Pending;
 - ``pod-deletion-required``: GPU pods (a container requesting or limiting ``nvidia.com/gpu*`` or
   ``nvidia.com/mig-*``, Running or Pending: cmd/gpu-operator's gpuPodSpecFilter), deleted by the
-  operator, held by a long grace period or a finalizer;
+  operator through the eviction API (pod_manager.go: the drain helper's DeleteOrEvictPods), so
+  held by a PodDisruptionBudget that allows no disruption, a long grace period or a finalizer;
 - ``drain-required``: every pod a drain evicts (not a DaemonSet's, not a mirror pod, not
   finished; ``upgradePolicy.drain.podSelector`` narrows it), held by a PodDisruptionBudget that
   allows no disruption.
@@ -29,6 +30,7 @@ WAIT_FOR_JOBS = "wait-for-jobs-required"
 POD_DELETION = "pod-deletion-required"
 DRAIN = "drain-required"
 WAIT_STATES = frozenset({WAIT_FOR_JOBS, POD_DELETION, DRAIN})
+EVICTING = frozenset({POD_DELETION, DRAIN})  # the states whose pods go by eviction (PDBs)
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SHOWN = 3  # holders named in one line; the rest are counted
@@ -104,7 +106,7 @@ def holders(
             continue
         if state == DRAIN and (_daemon(pod) or not matches(selector, _labels(pod))):
             continue
-        blocking = tuple(_blocking(pod, pdbs)) if state == DRAIN else ()
+        blocking = tuple(_blocking(pod, pdbs)) if state in EVICTING else ()
         meta = pod.get("metadata") or {}
         out.append(Holder(f"{meta.get('namespace')}/{meta.get('name')}", _owner(pod), blocking))
     return tuple(sorted(out, key=lambda h: h.pod))

@@ -2,8 +2,8 @@
 
 Only nodes whose ``nvidia.com/gpu-driver-upgrade-state`` is a waiting state cost anything: one
 pod LIST by ``spec.nodeName`` per such node (at most :data:`MAX_NODES` a pass: the upgrade's
-``maxParallelUpgrades`` keeps them few) and, while draining, one PodDisruptionBudget LIST per
-namespace of its pods. Since when a node waits is ours to keep, in the node annotation
+``maxParallelUpgrades`` keeps them few) and, while evicting (GPU-pod deletion, drain), one
+PodDisruptionBudget LIST per namespace of its pods. Since when a node waits is ours to keep, in the node annotation
 :data:`SINCE_ANNOTATION` (``<state>@<RFC 3339>``), written when a wait starts and removed when
 it ends, so a restarted controller and ``gitops-gpu status`` tell the same time.
 """
@@ -108,7 +108,7 @@ def _holders(
         "v1", "Pod", field_selector=f"spec.nodeName={node}", label_selector=label_selector
     )["items"]
     budgets: list[Obj] = []
-    if state == holders.DRAIN:
+    if state in holders.EVICTING:
         for ns in sorted({str(p["metadata"].get("namespace")) for p in pods}):
             if ns not in pdbs:
                 pdbs[ns] = client.list("policy/v1", "PodDisruptionBudget", namespace=ns)["items"]

@@ -79,6 +79,11 @@ def test_pod_deletion_waits_only_on_gpu_pods_and_jobs_on_what_was_listed() -> No
         "pod research/mig-user (ReplicaSet)",
         "pod research/train-gpu (StatefulSet)",
     ]
+    # The operator deletes GPU pods by eviction: a budget that allows nothing holds it too.
+    budgeted = pod("train-gpu-2", labels={"app": "train"}, gpus=True)
+    assert [str(h) for h in holders.holders(POD_DELETION, [budgeted], BUDGETS)] == [
+        "pod research/train-gpu-2 (Job, PDB train-pdb allows 0)"
+    ]
     # wait-for-jobs: the pods the waitForCompletion selector listed, unfinished; no PDB read.
     assert holders.holders(WAIT_FOR_JOBS, [TRAIN], BUDGETS) == (
         Holder("research/train-llm-7", "Job"),
