@@ -5,7 +5,8 @@ pod LIST by ``spec.nodeName`` per such node (at most :data:`MAX_NODES` a pass: t
 ``maxParallelUpgrades`` keeps them few) and, while evicting (GPU-pod deletion, drain), one
 PodDisruptionBudget LIST per namespace of its pods. Since when a node waits is ours to keep, in
 the node annotation :data:`SINCE_ANNOTATION` (``<state>@<RFC 3339>``), written when a wait
-starts and removed when it ends, so a restarted controller and ``gitops-gpu status`` tell the same time.
+starts and removed when it ends, so a restarted controller and ``gitops-gpu status`` tell the
+same time.
 """
 
 from __future__ import annotations
