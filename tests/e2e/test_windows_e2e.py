@@ -32,15 +32,21 @@ def _phase(env: Env, sha: str, stage: str) -> Phase | None:
     return mark.phase if mark else None
 
 
-def _canary_window(opens: datetime, minutes: int) -> Callable[[Path], None]:
+def _edit_canary(work: Path, change: Callable[[Any], None]) -> None:
+    """Apply ``change`` to the canary's stage entry in fleet.yaml."""
+    yaml = YAML()
+    doc = yaml.load((work / "fleet.yaml").read_text())
+    change(next(s for s in doc["spec"]["stages"] if s["name"] == "canary"))
+    with (work / "fleet.yaml").open("w") as fh:
+        yaml.dump(doc, fh)
+
+
+def _canary_window(kind: str, starts: datetime, minutes: int) -> Callable[[Path], None]:
+    """A daily ``kind`` (allow | deny) window for the canary, starting at ``starts``."""
+    entry = {"schedule": f"{starts.minute} {starts.hour} * * *", "duration": f"{minutes}m"}
+
     def edit(work: Path) -> None:
-        yaml = YAML()
-        doc = yaml.load((work / "fleet.yaml").read_text())
-        canary = next(s for s in doc["spec"]["stages"] if s["name"] == "canary")
-        schedule = f"{opens.minute} {opens.hour} * * *"
-        canary["windows"] = {"allow": [{"schedule": schedule, "duration": f"{minutes}m"}]}
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(doc, fh)
+        _edit_canary(work, lambda canary: canary.__setitem__("windows", {kind: [entry]}))
 
     return edit
 
@@ -53,7 +59,7 @@ def test_a_commit_waits_for_the_canary_window_and_is_adopted_as_it_opens(env: En
     # The next whole minute at least 40 s away: the commit lands well before it opens.
     opens_at = math.ceil((time.time() + 40) / 60) * 60
     opens = datetime.fromtimestamp(opens_at, UTC)
-    window = _canary_window(opens, 10)
+    window = _canary_window("allow", opens, 10)
 
     def change(work: Path) -> None:
         window(work)
@@ -94,19 +100,6 @@ def _pdb_held_canary(work: Path) -> None:
     }
     with path.open("w") as fh:
         yaml.dump(doc, fh)
-
-
-def _canary_deny(starts: datetime, minutes: int) -> Callable[[Path], None]:
-    def edit(work: Path) -> None:
-        yaml = YAML()
-        doc = yaml.load((work / "fleet.yaml").read_text())
-        canary = next(s for s in doc["spec"]["stages"] if s["name"] == "canary")
-        schedule = f"{starts.minute} {starts.hour} * * *"
-        canary["windows"] = {"deny": [{"schedule": schedule, "duration": f"{minutes}m"}]}
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(doc, fh)
-
-    return edit
 
 
 class Trace:
@@ -167,11 +160,7 @@ def test_a_window_closing_mid_rollout_lets_the_node_in_flight_finish_and_starts_
         fast_gates()(work)
         _pdb_held_canary(work)
         # The eviction is held on purpose for minutes of open time: not a stall to fail on.
-        yaml = YAML()
-        doc = yaml.load((work / "fleet.yaml").read_text())
-        next(s for s in doc["spec"]["stages"] if s["name"] == "canary")["gate"]["timeout"] = "20m"
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(doc, fh)
+        _edit_canary(work, lambda canary: canary["gate"].__setitem__("timeout", "20m"))
 
     first = env.remote.commit("fast gates, PDB-held canary", first_commit)
     # Three canary nodes (one in flight, two to hold), one in every other pool.
@@ -219,7 +208,7 @@ def test_a_window_closing_mid_rollout_lets_the_node_in_flight_finish_and_starts_
         closes = datetime.fromtimestamp(closes_at, UTC)
 
         def change(work: Path) -> None:
-            _canary_deny(closes, DENY_MINUTES)(work)
+            _canary_window("deny", closes, DENY_MINUTES)(work)
             set_driver("580.142.01")(work)
 
         bump = env.remote.commit("driver bump; canary denied from the next minute", change)
