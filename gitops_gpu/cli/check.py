@@ -21,6 +21,8 @@ from gitops_gpu.fleet import export
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
 from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.preflight import crd_source, history
+from gitops_gpu.preflight.disruption_text import disruption_json, disruption_text
+from gitops_gpu.preflight.disruption_text import summary as disruption_summary
 from gitops_gpu.preflight.findings import Finding, render_json, render_text, summary
 from gitops_gpu.preflight.plan import plan_json, plan_text
 from gitops_gpu.preflight.run import PreflightResult, run_preflight
@@ -111,12 +113,15 @@ def check(args: argparse.Namespace) -> int:
             "commit": result.compiled.commit if result.compiled else None,
             "base": result.base_commit,
             "plan": plan_json(result.plan) if result.plan else None,
+            "disruption": disruption_json(result.disruption) if result.disruption else None,
         }
         sys.stdout.write(render_json(result.findings, extra))
     else:
         sys.stdout.write(render_text(result.findings))
         if result.plan is not None:
             sys.stdout.write("\n" + plan_text(result.plan))
+        if result.disruption is not None:
+            sys.stdout.write("\n" + disruption_text(result.disruption))
     if args.post_status:
         try:
             post_preflight_status(args, result)
@@ -141,12 +146,18 @@ def status_description(result: PreflightResult) -> str:
     if result.plan is not None and first is None:
         pools = sorted({p.pool for s in result.plan.stages for p in s.pools})
         cluster = any(s.cluster_changes for s in result.plan.stages)
+        # What it does to nodes comes first: a status description is cut at 140 characters.
+        said = [disruption_summary(result.disruption)] if result.disruption else []
         if result.plan.empty:
-            head += "; no change to any cluster"
+            said.append("no change to any cluster")
         else:
-            head += f"; changes {len(pools)} pools" + (" + cluster-wide" if cluster else "")
-            if pools:
-                head += f" ({', '.join(pools)})"
+            names_ = f" ({', '.join(pools)})" if pools else ""
+            said.append(
+                f"changes {len(pools)} pools" + (" + cluster-wide" if cluster else "") + names_
+            )
+        verdict = f"clean ({warnings} warnings)"
+        tail = f"; worst {worst.code} {worst.message}" if worst else ""
+        return "; ".join([verdict, *said]) + tail
     return head
 
 

@@ -19,7 +19,10 @@ from gitops_gpu.cli.exits import Exit
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
-from gitops_gpu.preflight import crd_source, run_preflight
+from gitops_gpu.preflight import crd_source, live, run_preflight
+from gitops_gpu.preflight.disruption import Disruption, make_disruption
+from gitops_gpu.preflight.disruption_text import disruption_json, disruption_text
+from gitops_gpu.preflight.plan import make_plan
 from gitops_gpu.sync import engine, report, source
 
 
@@ -39,6 +42,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="what would change in the cluster, per pool and field")
     _common(p)
+    p.add_argument(
+        "--base",
+        metavar="REV",
+        help="also say what moving from REV to the commit does to nodes and GPU workloads "
+        "(the disruption plan, with the cluster's nodes, pods and PDBs)",
+    )
     p.add_argument(
         "--no-nvml",
         action="store_true",
@@ -92,7 +101,13 @@ def _plan(args: argparse.Namespace) -> int:
         return Exit.FAILED
     plans = [p for _e, p in engines]
     nvml = [] if args.no_nvml else operations.nvml_drift(engines, compiled)
-    _emit(args, plans, {"nvmlDrift": [d.as_dict() for d in nvml]})
+    impact = _disruption(args, compiled, engines) if args.base else None
+    extra: dict[str, Any] = {"nvmlDrift": [d.as_dict() for d in nvml]}
+    if impact is not None:
+        extra["disruption"] = disruption_json(impact)
+    _emit(args, plans, extra)
+    if impact is not None and args.format == "text":
+        print(disruption_text(impact), end="")
     if nvml and args.format == "text":
         print(f"NVML drift ({len(nvml)} nodes/fields differ from desired):")
         for d in nvml:
@@ -100,6 +115,22 @@ def _plan(args: argparse.Namespace) -> int:
     # The exit code reflects objects and labels gitops-gpu would change; NVML drift is the
     # GPUs catching up (or failing to) and is reported, not applied.
     return Exit.OK if all(p.in_sync for p in plans) else Exit.PENDING
+
+
+def _disruption(
+    args: argparse.Namespace,
+    head: CompiledFleet,
+    engines: list[tuple[engine.Engine, engine.ClusterPlan]],
+) -> Disruption:
+    """What moving from ``--base`` to the commit does to nodes, with the live inventory."""
+    _src, base_sha, base_path = source.open_revision(
+        args.repo, args.base, args.branch, args.cache_dir
+    )
+    base = fleet_compile.compile_fleet(loader.load_repo(base_path), base_sha)
+    clients = {p.cluster: e.client for e, p in engines}
+    nodes = {c: client.list("v1", "Node").get("items") or [] for c, client in clients.items()}
+    inv = live.inventory(head, base, nodes, clients)
+    return make_disruption(make_plan(base, head), base, head, inv)
 
 
 def _apply(args: argparse.Namespace) -> int:

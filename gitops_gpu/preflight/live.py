@@ -6,7 +6,7 @@ cluster, from the kubeconfig context that fleet.yaml names for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +17,7 @@ from gitops_gpu import names
 from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo
+from gitops_gpu.preflight import disruption
 from gitops_gpu.preflight.findings import Finding
 
 
@@ -93,6 +94,26 @@ def read_nodes(
         items = clients[cname].list("v1", "Node").get("items") or []
         out[cname] = [dict(n) for n in items]
     return out
+
+
+def inventory(
+    head: CompiledFleet,
+    base: CompiledFleet | None,
+    nodes: Mapping[str, Sequence[Mapping[str, Any]]],
+    clients: Mapping[str, LiveClient],
+) -> disruption.Inventory:
+    """Each pool's nodes, their pods and the PDBs, for the disruption plan: one LIST of pods
+    and one of PDBs per cluster (a CLI run, not the controller's pass)."""
+    parts = []
+    for cname, client in sorted(clients.items()):
+        pools = {
+            **(base.clusters[cname].pools if base and cname in base.clusters else {}),
+            **(head.clusters[cname].pools if cname in head.clusters else {}),
+        }
+        pods = client.list("v1", "Pod").get("items") or []
+        pdbs = client.list("policy/v1", "PodDisruptionBudget").get("items") or []
+        parts.append(disruption.inventory(pools, nodes.get(cname, ()), pods, pdbs))
+    return disruption.merged(parts)
 
 
 def _objects(cluster: ClusterTarget) -> Iterator[tuple[str, Any]]:

@@ -40,6 +40,7 @@ from gitops_gpu.preflight import (
     removals,
     windows_check,
 )
+from gitops_gpu.preflight.disruption import Disruption, make_disruption
 from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
 from gitops_gpu.preflight.plan import Plan, make_plan
 from gitops_gpu.preflight.schema import load_crds
@@ -54,6 +55,7 @@ class PreflightResult:
     plan: Plan | None = None  # with base_rev
     base_commit: str | None = None
     live_nodes: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    disruption: Disruption | None = None  # with base_rev: what the plan does to nodes
 
     @property
     def ok(self) -> bool:
@@ -151,12 +153,15 @@ def run_preflight(
     if clients:
         findings += live.dry_run(repo, compiled, clients)
 
-    plan, base_sha = None, None
+    plan, base_sha, impact = None, None, None
     if base_rev:
-        plan, base_sha, base_findings = _against_base(root, base_rev, repo, compiled, nodes)
+        plan, base, base_sha, base_findings = _against_base(root, base_rev, repo, compiled, nodes)
         findings += base_findings
+        if plan is not None:
+            inv = live.inventory(compiled, base, nodes, clients) if clients else None
+            impact = make_disruption(plan, base, compiled, inv)
     return PreflightResult(
-        sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes
+        sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes, impact
     )
 
 
@@ -169,7 +174,7 @@ def tree_finding(exc: TreeError) -> Finding:
 
 def _against_base(
     root: Path, rev: str, repo: FleetRepo, head: CompiledFleet, nodes: Nodes
-) -> tuple[Plan | None, str | None, list[Finding]]:
+) -> tuple[Plan | None, CompiledFleet | None, str | None, list[Finding]]:
     try:
         base_repo, base_sha = history.load_revision(root, rev)
     except (RepoLoadError, TreeError) as exc:
@@ -179,6 +184,7 @@ def _against_base(
             else f"{exc.file}: {exc.args[0].removeprefix(exc.file + ': ')}"
         )
         return (
+            None,
             None,
             None,
             [
@@ -194,6 +200,7 @@ def _against_base(
     if base_conflicts:
         return (
             None,
+            None,
             base_sha,
             [
                 Finding.make(
@@ -207,7 +214,7 @@ def _against_base(
     findings = list(history.immutable_changes(repo, base, head))
     findings += history.blast_radius(repo, base, head)
     findings += removals.removed_pools(repo, base, head, nodes)
-    return make_plan(base, head), base_sha, findings
+    return make_plan(base, head), base, base_sha, findings
 
 
 def _matrix(
