@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gitops_gpu import kube
+from gitops_gpu import kube, names
 from gitops_gpu.cli import options, sync, verify_args
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components import drift, evidence, ladder
 from gitops_gpu.components.health import Health, PoolHealth
-from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.errors import FleetError, GitopsGpuError, SourceError
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
+from gitops_gpu.sync import source
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,18 +60,70 @@ def judge(
     ]
 
 
+def _live_commit(client: kube.Client, pool: str) -> str | None:
+    found = client.get(*names.NVIDIA_DRIVER_API, pool)
+    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+    commit = annotations.get(names.COMMIT_ANNOTATION)
+    return str(commit) if commit else None
+
+
+def at_live_commits(
+    args: argparse.Namespace,
+    src: source.GitSource,
+    sha: str,
+    selected: Sequence[tuple[str | None, PoolTarget]],
+    live: Mapping[str, str | None],
+) -> tuple[list[tuple[str | None, PoolTarget]], list[str]]:
+    """Each pool as the commit its live NVIDIADriver carries compiles it, as the controller
+    judges it (not as the branch head does, which a later stage has not adopted yet); a commit
+    the repo lacks (a checkout behind the cluster) is said and the head is used."""
+    compiled: dict[str, CompiledFleet | None] = {}
+    out, notes = [], []
+    for ctx, target in selected:
+        commit = live.get(target.name)
+        if args.rev or not commit or commit == sha:
+            out.append((ctx, target))
+            continue
+        if commit not in compiled:
+            try:
+                compiled[commit] = sync.compile_commit(args, src, commit)
+            except (SourceError, FleetError):  # not fetched, or unloadable (TreeError too)
+                compiled[commit] = None
+        at = compiled[commit]
+        if at is None or target.name not in {p for c in at.clusters.values() for p in c.pools}:
+            notes.append(
+                f"pool {target.name}: the cluster runs commit {commit[:12]}, which {args.repo} "
+                f"does not have: judged at {sha[:12]} instead (fetch or pull the checkout)"
+            )
+            out.append((ctx, target))
+        else:
+            notes.append(
+                f"pool {target.name}: judged at {commit[:12]}, the commit its NVIDIADriver "
+                f"carries ({args.branch} is at {sha[:12]})"
+            )
+            out.append((ctx, at.pool(target.name)))
+    return out, notes
+
+
 def _nodes(args: argparse.Namespace) -> int:
-    _sha, _path, compiled = sync.load(args)
+    src, sha, _path, compiled = sync.load_source(args)
     selected = _selected(compiled, args.pool, args.stage)
     results: list[tuple[PoolHealth, list[drift.NvmlDrift]]] = []
+    notes: list[str] = []
     for context in dict.fromkeys(ctx for ctx, _ in selected):
         client = kube.Client.from_kubeconfig(args.kubeconfig, context=context)
         try:
-            pools = [t for ctx, t in selected if ctx == context]
-            results.extend(judge(client, pools, args.operator_namespace))
+            mine = [(ctx, t) for ctx, t in selected if ctx == context]
+            live = {t.name: _live_commit(client, t.name) for _, t in mine}
+            judged, said = at_live_commits(args, src, sha, mine, live)
+            notes += said
+            results.extend(judge(client, [t for _, t in judged], args.operator_namespace))
         finally:
             client.close()
-    print(json.dumps(as_json(results), indent=2) if args.format == "json" else as_text(results))
+    if args.format == "json":
+        print(json.dumps({**as_json(results), "notes": notes}, indent=2))
+    else:
+        print("\n".join([*notes, as_text(results)]))
     return Exit.OK if all(ph.health is Health.HEALTHY for ph, _ in results) else Exit.FAILED
 
 

@@ -70,9 +70,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def load(args: argparse.Namespace) -> tuple[str, Path, CompiledFleet]:
     """The commit ``--repo``/``--rev`` name, verified if asked, compiled."""
+    _src, sha, path, compiled = load_source(args)
+    return sha, path, compiled
+
+
+def load_source(args: argparse.Namespace) -> tuple[source.GitSource, str, Path, CompiledFleet]:
+    """``load``, with the fetched source (to read other commits of it)."""
     src, sha, path = source.open_revision(args.repo, args.rev, args.branch, args.cache_dir)
+    return (src, sha, path, compile_commit(args, src, sha, path))
+
+
+def compile_commit(
+    args: argparse.Namespace, src: source.GitSource, sha: str, path: Path | None = None
+) -> CompiledFleet:
+    """Commit ``sha`` of ``src``, verified if asked, compiled."""
     verify_args.require_trusted(args, src.repo.git_dir, sha)
-    return sha, path, fleet_compile.compile_fleet(loader.load_repo(path), sha)
+    tree = path if path is not None else src.checkout(src.resolve(sha))
+    return fleet_compile.compile_fleet(loader.load_repo(tree), sha)
 
 
 def _emit(args: argparse.Namespace, plans: list[engine.ClusterPlan], extra: dict[str, Any]) -> None:

@@ -76,6 +76,14 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(password) or None
 
 
+def absolute_local(url: str) -> str:
+    """A local repo path as an absolute one (git runs in the cache, where "." is not the
+    user's repo); URLs and scp-like ``host:path`` remotes are unchanged."""
+    if "://" in url or re.match(r"^[^/]+:", url) or not Path(url).exists():
+        return url
+    return str(Path(url).resolve())
+
+
 def authorization(url: str) -> tuple[str | None, str | None]:
     """The HTTP Authorization value for the remote's token, and the token (to redact).
 
@@ -125,7 +133,8 @@ class GitSource:
     ) -> None:
         self._env, self._secret = credentials_env(str(url))
         self._authorization = authorization(str(url))[0]  # for refs read in-process
-        self.url = split_userinfo(str(url))[0]  # what is stored and shown: no credentials
+        # what is stored and shown: no credentials; a local path made absolute
+        self.url = absolute_local(split_userinfo(str(url))[0])
         self.branch = branch
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.mirror_dir = cache_dir / "git" / key
