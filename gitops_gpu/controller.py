@@ -339,6 +339,9 @@ class Controller:
             self.executor.skipped = frozenset(
                 n.node for ph in health.values() for n in ph.nodes if n.health is Health.SKIPPED
             )
+            self.executor.selectors = {
+                p: t.node_selector for c in newest.clusters.values() for p, t in c.pools.items()
+            }
             pools = self._workload_waits(snap, pools)
             self._verify_new_nodes(snap, pools, health)
         smoking = any(s.gate.smoke_test is not None for s in stages)

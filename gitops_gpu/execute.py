@@ -27,7 +27,7 @@ from gitops_gpu.rollout.actions import (
 from gitops_gpu.sealed import SealedRecord
 from gitops_gpu.snapshot import PassSnapshot
 from gitops_gpu.sync import engine, prune, upgrade_holds
-from gitops_gpu.sync.live import Informer
+from gitops_gpu.sync.live import Informer, selector_matches
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.verdicts import Verdicts
 
@@ -81,11 +81,14 @@ class Executor:
         self.may_write = may_write  # the fence (leader election's holds()), asked before writes
         # Nodes judged Skipped this pass (unavailableNodes: skip): no smoke Job, no query.
         self.skipped: frozenset[str] = frozenset()
+        # Each pool's node selector at the newest commit: a node labelled for a pool it no
+        # longer matches gets no smoke Job and is in no query.
+        self.selectors: Mapping[str, Mapping[str, str]] | None = None
 
     def stage_nodes(self, stages: tuple[StageSpec, ...]) -> dict[str, list[str]]:
         """Node names per stage (what smoke tests and metric queries cover), but the nodes this
         pass skips as unavailable (``skipped``, set by the controller's pass)."""
-        return nodes_by_stage(self.nodes.items(), stages, self.skipped)
+        return nodes_by_stage(self.nodes.items(), stages, self.skipped, self.selectors)
 
     def hold_upgrades(
         self, actions: Sequence[object], stages: tuple[StageSpec, ...], snap: PassSnapshot
@@ -285,15 +288,26 @@ class Executor:
 
 
 def nodes_by_stage(
-    nodes: Iterable[Mapping[str, Any]], stages: Sequence[StageSpec], skipped: Set[str] = frozenset()
+    nodes: Iterable[Mapping[str, Any]],
+    stages: Sequence[StageSpec],
+    skipped: Set[str] = frozenset(),
+    selectors: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, list[str]]:
     """Node names per stage, from the pool label; ``skipped`` nodes left out (a NotReady node
-    would never run its smoke Job, and a skipped node is not judged)."""
+    would never run its smoke Job, and a skipped node is not judged), and nodes that no longer
+    match their labelled pool's ``selectors`` entry (moved out of the pool; their labels are
+    removed by the engine) too."""
     pool_stage = {p: s.name for s in stages for p in s.pools}
     out: dict[str, list[str]] = {s.name: [] for s in stages}
     for node in nodes:
         meta = node.get("metadata") or {}
-        stage = pool_stage.get((meta.get("labels") or {}).get(names.POOL_LABEL, ""))
-        if stage is not None and meta["name"] not in skipped:
-            out[stage].append(meta["name"])
+        labels = meta.get("labels") or {}
+        pool = labels.get(names.POOL_LABEL, "")
+        stage = pool_stage.get(pool)
+        if stage is None or meta["name"] in skipped:
+            continue
+        selector = (selectors or {}).get(pool)
+        if selector is not None and not selector_matches(selector, labels):
+            continue
+        out[stage].append(meta["name"])
     return out

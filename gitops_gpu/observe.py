@@ -8,12 +8,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names, timefmt
 from gitops_gpu.components import evidence, ladder, nfd, signals
-from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, PoolHealth
+from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, Options, PoolHealth
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import PassSnapshot, Snapshot, holds
@@ -50,6 +50,7 @@ class _PoolMemo:
     verdict expired; a member that changed is judged again, the others are kept."""
 
     commit: str
+    since: datetime | None  # evidence counted from (the pool's adoption of the commit)
     members: Sequence[Obj]  # the member list judged
     names: frozenset[str]
     verdicts: Mapping[str, _Verdict]  # by node name
@@ -78,15 +79,17 @@ class Observer:
         snap: Snapshot,
         members: Sequence[Obj],
         changed: frozenset[str] | None = None,
+        since: datetime | None = None,
     ) -> PoolHealth:
         """The pool's health; ``changed``: the nodes that changed since the last judge (None:
-        unknown, every member is looked at)."""
+        unknown, every member is looked at); ``since``: Xids seen before it are history."""
         memo = self._pools.get(pool)
         target = compiled.pool(pool)
         if (
             changed is not None
             and memo is not None
             and memo.commit == compiled.commit
+            and memo.since == since
             and snap.now < memo.valid_until
             and (memo.members is members or memo.names == _names(members))
         ):
@@ -98,7 +101,7 @@ class Observer:
             for node in members:
                 name = node["metadata"]["name"]
                 if name in touched:
-                    verdicts[name] = self._node(compiled.commit, pool, target, node, snap)
+                    verdicts[name] = self._node(compiled.commit, pool, target, node, snap, since)
             # A heartbeat keeps a node's health object: then the pool's is kept too.
             same = all(verdicts[n].health is memo.verdicts[n].health for n in touched)
             health = (
@@ -108,31 +111,39 @@ class Observer:
             )
         else:
             verdicts = {
-                node["metadata"]["name"]: self._node(compiled.commit, pool, target, node, snap)
+                node["metadata"]["name"]: self._node(
+                    compiled.commit, pool, target, node, snap, since
+                )
                 for node in members
             }
             health = ladder.aggregate_pool(target, [v.health for v in verdicts.values()])
         if verdicts:
             until = min(v.valid_until for v in verdicts.values())
             self._pools[pool] = _PoolMemo(
-                compiled.commit, members, frozenset(verdicts), verdicts, until, health
+                compiled.commit, since, members, frozenset(verdicts), verdicts, until, health
             )
         return health
 
     def _node(
-        self, commit: str, pool: str, target: PoolTarget, node: Obj, snap: Snapshot
+        self,
+        commit: str,
+        pool: str,
+        target: PoolTarget,
+        node: Obj,
+        snap: Snapshot,
+        since: datetime | None = None,
     ) -> _Verdict:
         name = node["metadata"]["name"]
         report = snap.reports.get(name)
         pods = snap.pods_by_node.get(name, [])
-        key = (commit, pool, _rv(node), tuple(_rv(p) for p in pods))
+        key = (commit, pool, since, _rv(node), tuple(_rv(p) for p in pods))
         memo = self._verdicts.get(name)
         if memo is not None and memo.key == key and memo.report is not report:
             memo = _heartbeat(memo, node, report, snap.now)
         if memo is None or memo.key != key or snap.now >= memo.valid_until:
             ev = evidence.assemble([node], [report] if report else [], pods, snap.now)[0]
             until, fresh = _validity(node, report, snap.now)
-            verdict = ladder.walk(ev, target)
+            verdict = ladder.walk(ev, target, Options(since=since))
             if verdict.unavailable is not None:  # "NotReady since 12m" says the time
                 until = min(until, snap.now + timedelta(seconds=UNAVAILABLE_MAX_AGE))
             memo = _Verdict(key, report, fresh, until, verdict)
@@ -163,7 +174,9 @@ class Observer:
                 target_cluster = compiled.clusters[compiled.pool(pool).cluster]
                 members = snap.members.get(pool, ())
                 plan = snap.plans.get((pool, compiled.commit))
-                ph = self.pool_health(compiled, pool, snap.informers, members, changed)
+                ph = self.pool_health(
+                    compiled, pool, snap.informers, members, changed, adopted_at(live)
+                )
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
                 out[pool] = PoolObservation(
@@ -195,6 +208,14 @@ class Observer:
             del self._pools[gone]
         self._last = snap.informers
         return out, health
+
+
+def adopted_at(driver: Obj) -> datetime | None:
+    """When the pool adopted the commit its NVIDIADriver carries: our last apply of it (the
+    commit annotation changes on every adoption, a revert to equal objects included). Evidence
+    from before it (Xids) belongs to an earlier commit."""
+    when = operands.applied_at(driver, names.FIELD_MANAGER)
+    return datetime.fromtimestamp(when, UTC) if when is not None else None
 
 
 def _names(members: Sequence[Obj]) -> frozenset[str]:

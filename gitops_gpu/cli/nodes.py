@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.cli import options, sync, verify_args
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.components import drift, evidence, ladder
-from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.components.health import Health, Options, PoolHealth
 from gitops_gpu.errors import FleetError, GitopsGpuError, SourceError
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
+from gitops_gpu.observe import adopted_at
 from gitops_gpu.sync import source
 
 
@@ -51,18 +53,25 @@ def _selected(
 
 
 def judge(
-    client: kube.Client, pools: Sequence[PoolTarget], namespace: str = evidence.OPERATOR_NAMESPACE
+    client: kube.Client,
+    pools: Sequence[PoolTarget],
+    namespace: str = evidence.OPERATOR_NAMESPACE,
+    since: Mapping[str, datetime | None] | None = None,
 ) -> list[tuple[PoolHealth, list[drift.NvmlDrift]]]:
-    """Ladder verdict and NVML drift for each pool, read from one cluster."""
+    """Ladder verdict and NVML drift for each pool, read from one cluster; ``since``: per pool,
+    when it adopted its commit (Xids before it do not count, as in the controller)."""
     found = evidence.read_evidence(client, pools, namespace=namespace)
     return [
-        (ladder.judge_pool(p, found[p.name]), drift.pool_drift(p, found[p.name])) for p in pools
+        (
+            ladder.judge_pool(p, found[p.name], Options(since=(since or {}).get(p.name))),
+            drift.pool_drift(p, found[p.name]),
+        )
+        for p in pools
     ]
 
 
-def _live_commit(client: kube.Client, pool: str) -> str | None:
-    found = client.get(*names.NVIDIA_DRIVER_API, pool)
-    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+def _live_commit(driver: Mapping[str, Any] | None) -> str | None:
+    annotations = ((driver or {}).get("metadata") or {}).get("annotations") or {}
     commit = annotations.get(names.COMMIT_ANNOTATION)
     return str(commit) if commit else None
 
@@ -114,10 +123,13 @@ def _nodes(args: argparse.Namespace) -> int:
         client = kube.Client.from_kubeconfig(args.kubeconfig, context=context)
         try:
             mine = [(ctx, t) for ctx, t in selected if ctx == context]
-            live = {t.name: _live_commit(client, t.name) for _, t in mine}
+            drivers = {t.name: client.get(*names.NVIDIA_DRIVER_API, t.name) for _, t in mine}
+            live = {p: _live_commit(d) for p, d in drivers.items()}
+            since = {p: adopted_at(d) if d else None for p, d in drivers.items()}
             judged, said = at_live_commits(args, src, sha, mine, live)
             notes += said
-            results.extend(judge(client, [t for _, t in judged], args.operator_namespace))
+            pools = [t for _, t in judged]
+            results.extend(judge(client, pools, args.operator_namespace, since))
         finally:
             client.close()
     if args.format == "json":

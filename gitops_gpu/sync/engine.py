@@ -219,8 +219,17 @@ class Engine:
             )
         orphans: list[diff.NodeLabelDiff] = []
         for node in nodes:
-            owner = (node["metadata"].get("labels") or {}).get(names.POOL_LABEL)
-            if not owner or owner in target.pools or not diff.managed_label_keys(node):
+            node_labels = node["metadata"].get("labels") or {}
+            owner = node_labels.get(names.POOL_LABEL)
+            if not owner or not diff.managed_label_keys(node):
+                continue
+            if owner in target.pools:
+                # Moved out of its pool (relabelled, or the selector changed) into none: it
+                # leaves with its pool's stage; one another pool now selects relabels itself.
+                if owner in selection.pools and not any(
+                    selector_matches(p.node_selector, node_labels) for p in target.pools.values()
+                ):
+                    orphans.append(diff.diff_node_labels(node, {}, owner))
                 continue
             held = drivers.get(owner)  # a pool's NVIDIADriver is named after it
             # Labels left without their NVIDIADriver (pruned by its stage in an earlier pass)

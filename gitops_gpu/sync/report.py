@@ -50,7 +50,9 @@ def plan_text(plan: ClusterPlan, *, show_fields: bool = True) -> str:
                     lines += _changes(obj.changes, "      ")
             lines += _node_lines(pool.nodes)
     if plan.orphan_nodes:
-        lines.append(f"  {len(plan.orphan_nodes)} nodes keep labels of removed pools:")
+        lines.append(
+            f"  {len(plan.orphan_nodes)} nodes keep labels of pools they are no longer in:"
+        )
         lines += _node_lines(plan.orphan_nodes)
     return "\n".join(lines)
 

@@ -338,8 +338,17 @@ class _List(TypedDict, Generic[T], total=False):
     items: list[T]
 
 
+class _ManagedEntry(TypedDict, total=False):
+    """Who last wrote an object and when; fieldsV1, the bulk, is skipped."""
+
+    manager: str
+    operation: str
+    time: str
+
+
 class _ObjectMeta(TypedDict, total=False):
-    """Every metadata field but managedFields (often most of an object; nothing reads it)."""
+    """Every metadata field; of managedFields only who wrote when (an NVIDIADriver's last apply
+    by us is when its pool adopted the commit it carries: observe.py)."""
 
     name: str
     namespace: str
@@ -352,6 +361,7 @@ class _ObjectMeta(TypedDict, total=False):
     annotations: dict[str, str]
     ownerReferences: list[dict[str, Any]]
     finalizers: list[str]
+    managedFields: list[_ManagedEntry]
 
 
 class _Object(TypedDict, total=False):
@@ -387,7 +397,7 @@ _LISTS: Mapping[str, Decode] = {
 }
 
 
-# Any object, whole but for managedFields: the managed NVIDIADrivers LISTed every pass.
+# Any object, whole but for managedFields' fieldsV1: the managed NVIDIADrivers LISTed every pass.
 OBJECT_LIST: Decode = _with_fallback(msgspec.json.Decoder(_List[_Object]))
 
 

@@ -639,7 +639,9 @@ def test_an_idle_pass_looks_at_no_node_and_a_change_at_that_node_only(monkeypatc
     monkeypatch.setattr(
         obs,
         "_node",
-        lambda c, p, t, n, s: looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s),
+        lambda c, p, t, n, s, since: (
+            looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s, since)
+        ),
     )
     assert obs.judge(fleet_.snap(5), NEWEST) == first  # idle: the pool's health as it was
     assert looked == []
@@ -717,3 +719,44 @@ def test_an_untrusted_verdict_ends_when_the_report_comes_within_the_skew(
     assert len(walked) == 1
     assert obs.judge(fleet_.snap(30), NEWEST)[1]["train"].health is Health.HEALTHY
     assert len(walked) == 2
+
+
+# -- evidence window ----------------------------------------------------------------------------
+def _adopted(commit: str, at: datetime | None) -> Obj:
+    obj = driver("train", commit)
+    if at is not None:
+        entry = {"manager": names.FIELD_MANAGER, "operation": "Apply"}
+        obj["metadata"]["managedFields"] = [{**entry, "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}]
+    return obj
+
+
+def _xid_pool(adopted: datetime | None) -> PoolObservation:
+    """One node whose agent saw Xid 79 at NOW-30s; the pool's NVIDIADriver applied at
+    ``adopted``."""
+    nodes = [node(healthy("gpu-1"))]
+    snap = snapshot(
+        nodes,
+        drivers={"train": _adopted(NEW, adopted)},
+        compiled=[NEWEST],
+        members={"train": nodes},
+        plans={("train", NEW): pool_plan("train", 1)},
+        reports=[report("gpu-1", xid_events=[(0, 79)])],
+    )
+    return Observer().judge(snap, NEWEST)[0]["train"]
+
+
+def test_an_xid_after_the_pool_adopted_its_commit_fails_it() -> None:
+    obs = _xid_pool(NOW - timedelta(seconds=60))
+    assert obs.nodes_unhealthy == 1 and obs.first_failure is not None
+    assert "Xid 79" in obs.first_failure
+
+
+def test_an_xid_from_before_the_adoption_is_history_even_for_a_revert() -> None:
+    """A revert to objects equal to the running ones still re-applies the NVIDIADriver (its
+    commit annotation moves), so an Xid seen before that is not the revert's."""
+    obs = _xid_pool(NOW - timedelta(seconds=10))
+    assert obs.nodes_healthy == 1, obs.first_failure
+
+
+def test_without_our_apply_time_every_xid_counts() -> None:
+    assert _xid_pool(None).nodes_unhealthy == 1

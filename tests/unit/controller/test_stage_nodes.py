@@ -27,3 +27,14 @@ def test_nodes_skipped_as_unavailable_get_no_smoke_job() -> None:
         "training": ["t-0", "t-1"],
     }
     assert nodes_by_stage(nodes, stages)["training"] == ["t-0", "t-1", "t-2"]
+
+
+def test_a_node_moved_out_of_its_pools_selector_gets_no_smoke_job() -> None:
+    stages = (StageSpec("canary", ("canary",)),)
+    kept = _node("c-0", "canary")
+    moved = _node("c-1", "canary")  # still labelled by us, but relabelled out of the pool
+    kept["metadata"]["labels"]["pool"] = "gpu-canary"  # type: ignore[index]
+    moved["metadata"]["labels"]["pool"] = "elsewhere"  # type: ignore[index]
+    selectors = {"canary": {"pool": "gpu-canary"}}
+    assert nodes_by_stage([kept, moved], stages, selectors=selectors) == {"canary": ["c-0"]}
+    assert nodes_by_stage([kept, moved], stages) == {"canary": ["c-0", "c-1"]}

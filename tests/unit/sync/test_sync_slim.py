@@ -259,3 +259,23 @@ def test_a_report_carries_when_the_controller_saw_its_content_change() -> None:
     nodes = Informer(cast(kube.Client, None), "v1", "Node", clock=clock)
     nodes._apply_event({"type": "ADDED", "object": copy.deepcopy(NODE)}, "1")
     assert seen not in nodes._items["n1"]
+
+
+def test_a_managed_object_list_keeps_who_wrote_when_but_not_the_field_sets() -> None:
+    entry = {"manager": "gitops-gpu", "operation": "Apply", "time": "2026-12-01T10:00:00Z"}
+    listing = {
+        "items": [
+            {
+                "metadata": {
+                    "name": "train",
+                    "managedFields": [{**entry, "fieldsType": "FieldsV1", "fieldsV1": {"f:a": {}}}],
+                },
+                "spec": {"version": "580.126.20"},
+            }
+        ]
+    }
+    (item,) = slim.OBJECT_LIST(json.dumps(listing).encode())["items"]
+    assert item["metadata"]["managedFields"] == [entry]
+    assert operands.applied_at(item, "gitops-gpu") == operands.applied_at(
+        listing["items"][0], "gitops-gpu"
+    )
