@@ -2,8 +2,10 @@
 
 Signals: the NodeGPUReport's NVML driver version (the truth about what is loaded), the
 ``nvidia.com/gpu-driver-upgrade-state`` label of the operator's upgrade state machine, and the
-``nvidia.com/gpu-operator.driver.owner`` label (which NVIDIADriver owns the node). A missing or
-stale report is Unknown: without NVML facts nothing above this rung can be judged.
+``nvidia.com/gpu-operator.driver.owner`` label (which NVIDIADriver owns the node), and the driver
+pod itself: one that cannot become Ready is named (the node may still say upgrade-done and NVML
+the old driver) and is Degraded past a bound (signals.driver_pod_problem). A missing or stale
+report is Unknown: without NVML facts nothing above this rung can be judged.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     held = ev.annotations.get(names.UPGRADE_HOLD_ANNOTATION)
     if held and state == "upgrade-required":  # sync/upgrade_holds.py: not started, on purpose
         state_text += f" (held: {held})"
+    pod = signals.driver_pod_problem(ev) if managed else None
+    if pod is not None:  # before NVML: the old driver may still be loaded and reported
+        return result(COMPONENT, pod[0], pod[1] + state_text)
     problem = signals.report_problem(COMPONENT, ev, opts)
     if problem is not None:
         if state == UPGRADE_FAILED:

@@ -113,12 +113,49 @@ def pod_broken(pod: Obj) -> str | None:
     status = pod.get("status", {})
     if status.get("phase") == "Failed":
         return f"phase Failed ({status.get('reason', 'no reason')})"
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+    for cs in _statuses(pod):
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in _BROKEN_WAITING:
             restarts = cs.get("restartCount", 0)
             return f"container {cs.get('name')} {waiting['reason']} ({restarts} restarts)"
     return None
+
+
+# The driver pod (k8s-operator-libs' upgrade state manager selects it by this label) may crash
+# a few times while it builds or loads the module; past this many restarts, or an image it
+# cannot pull for this long, it is broken, not still upgrading.
+DRIVER_COMPONENT_LABEL = ("app.kubernetes.io/component", "nvidia-driver")
+DRIVER_CRASH_RESTARTS = 5
+DRIVER_IMAGE_GRACE_SECONDS = 300.0
+
+
+def driver_pod_problem(ev: NodeEvidence) -> tuple[Health, str] | None:
+    """A driver pod on the node that cannot become Ready: Progressing while it may still
+    recover, Degraded past the bound; None when it is fine or absent."""
+    key, value = DRIVER_COMPONENT_LABEL
+    pods = [p for p in ev.pods if (p.get("metadata", {}).get("labels") or {}).get(key) == value]
+    if not pods:
+        return None
+    pod = _newest(pods)
+    broken = pod_broken(pod)
+    if broken is None:
+        return None
+    name = pod.get("metadata", {}).get("name", "driver")
+    restarts = max((int(cs.get("restartCount") or 0) for cs in _statuses(pod)), default=0)
+    created = timefmt.parse(pod.get("metadata", {}).get("creationTimestamp"))
+    age = (ev.now - created).total_seconds() if created else 0.0
+    crash = "CrashLoopBackOff" in broken
+    over = restarts >= DRIVER_CRASH_RESTARTS if crash else age >= DRIVER_IMAGE_GRACE_SECONDS
+    if over or "phase Failed" in broken:
+        return Health.DEGRADED, f"driver pod {name}: {broken}"
+    return Health.PROGRESSING, f"driver pod {name}: {broken}"
+
+
+def _statuses(pod: Obj) -> list[Obj]:
+    status = pod.get("status", {})
+    return list(status.get("initContainerStatuses") or []) + list(
+        status.get("containerStatuses") or []
+    )
 
 
 def pod_verdict(component: str, ev: NodeEvidence, app: str) -> RungResult | None:

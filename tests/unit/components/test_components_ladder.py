@@ -527,3 +527,50 @@ def test_judge_pool_worst_of() -> None:
     assert (result.count(H), result.count(U), result.total) == (2, 1, 3)
     assert result.reason.startswith("train: 2 Healthy, 1 Unknown (e.g. b: driver: no NodeGPUR")
     assert health.aggregate("empty", []).health is U
+
+
+def _driver_pod(ev: NodeEvidence, waiting: str, restarts: int, age_s: float) -> NodeEvidence:
+    created = (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod = {
+        "metadata": {
+            "name": "nvidia-gpu-driver-ubuntu22.04-train-abcde",
+            "namespace": "gpu-operator",
+            "labels": {"app.kubernetes.io/component": "nvidia-driver"},
+            "creationTimestamp": created,
+        },
+        "spec": {"nodeName": ev.name},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "nvidia-driver-ctr",
+                    "restartCount": restarts,
+                    "state": {"waiting": {"reason": waiting}},
+                }
+            ],
+        },
+    }
+    return NodeEvidence(ev.name, ev.node, ev.report, (*ev.pods, pod), ev.now)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "restarts", "age_s", "want"),
+    [
+        ("CrashLoopBackOff", 2, 60, P),  # building or loading the module: may still recover
+        ("CrashLoopBackOff", 11, 60, D),  # past the bound: broken, not "progressing" forever
+        ("ImagePullBackOff", 0, 60, P),
+        ("ImagePullBackOff", 0, 600, D),
+    ],
+)
+def test_a_broken_driver_pod_names_itself_and_degrades_past_a_bound(
+    waiting: str, restarts: int, age_s: float, want: Health
+) -> None:
+    """The node still says upgrade-done and NVML still reports the loaded driver: only the
+    driver pod tells."""
+    ev = _driver_pod(with_pods(healthy("gpu-1")), waiting, restarts, age_s)
+    verdict = ladder.walk(ev, DEFAULT_POOL)
+    assert verdict.health is want
+    assert verdict.reason == (
+        f"driver: driver pod nvidia-gpu-driver-ubuntu22.04-train-abcde: container "
+        f"nvidia-driver-ctr {waiting} ({restarts} restarts), upgrade-state upgrade-done"
+    )
