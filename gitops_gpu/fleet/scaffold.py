@@ -17,8 +17,16 @@ from gitops_gpu.fleet.render import render_yaml
 BASE_FILE = "base/clusterpolicy.yaml"
 
 
+def _image(repository: str, image: str, version: str) -> dict[str, str]:
+    return {"repository": repository, "image": image, "version": version}
+
+
 def minimal_base(version: str = "580.126.20") -> dict[str, Any]:
-    """The smallest ClusterPolicy the CRD accepts, with a pinned driver and autoUpgrade."""
+    """The smallest ClusterPolicy the CRD accepts and the operator can run without help from
+    its environment: a pinned driver with autoUpgrade, and every enabled operand's image
+    (preflight/images.py)."""
+    nv, cn, k8s = "nvcr.io/nvidia", "nvcr.io/nvidia/cloud-native", "nvcr.io/nvidia/k8s"
+    manager = _image(cn, "k8s-driver-manager", "v0.11.0")
     return {
         "apiVersion": "nvidia.com/v1",
         "kind": "ClusterPolicy",
@@ -27,12 +35,24 @@ def minimal_base(version: str = "580.126.20") -> dict[str, Any]:
             "operator": {},
             "daemonsets": {},
             "dcgm": {"enabled": False},
-            "dcgmExporter": {"enabled": True},
-            "devicePlugin": {"enabled": True},
-            "gfd": {"enabled": True},
+            "dcgmExporter": {
+                "enabled": True,
+                **_image(k8s, "dcgm-exporter", "4.5.3-4.8.2-distroless"),
+            },
+            "devicePlugin": {"enabled": True, **_image(nv, "k8s-device-plugin", "v0.19.3")},
+            "gfd": {"enabled": True, **_image(nv, "k8s-device-plugin", "v0.19.3")},
+            "migManager": {"enabled": True, **_image(cn, "k8s-mig-manager", "v0.14.2")},
             "nodeStatusExporter": {"enabled": False},
-            "toolkit": {"enabled": True},
-            "driver": {"enabled": True, "version": version, "upgradePolicy": {"autoUpgrade": True}},
+            "toolkit": {"enabled": True, **_image(k8s, "container-toolkit", "v1.19.1")},
+            "validator": _image(nv, "gpu-operator", "v26.3.3"),
+            "driver": {
+                "enabled": True,
+                "repository": nv,
+                "image": "driver",
+                "version": version,
+                "manager": manager,
+                "upgradePolicy": {"autoUpgrade": True},
+            },
         },
     }
 

@@ -126,6 +126,15 @@ CODES: dict[str, tuple[Severity, str]] = {
         "daemonsets.updateStrategy RollingUpdate: cluster-wide operand changes reach every pool "
         "at once",
     ),
+    "GG043": (
+        Severity.ERROR,
+        "an operand image the GPU Operator cannot resolve: partly set, or left to an "
+        "environment variable the running operator does not have",
+    ),
+    "GG044": (
+        Severity.WARNING,
+        "an operand image left to the operator's environment variable (no cluster to check it)",
+    ),
     "GG040": (Severity.INFO, "the base revision could not be compared"),
     "GG060": (Severity.ERROR, "a gate metric query does not parse as PromQL"),
     "GG070": (

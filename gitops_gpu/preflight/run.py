@@ -31,6 +31,7 @@ from gitops_gpu.preflight import (
     conformance,
     crd_source,
     history,
+    images,
     live,
     matrix,
     operand_checks,
@@ -150,6 +151,8 @@ def run_preflight(
         repo, compiled, crds[("nvidia.com/v1", "ClusterPolicy")], nodes, versions
     )
     findings += recipe_check.check(ctx, recipes_dir)
+    env = {c: images.read_operator_env(cl) for c, cl in clients.items()} if clients else None
+    findings += images.operand_images(repo, compiled, env)
     if clients:
         findings += live.dry_run(repo, compiled, clients)
 

@@ -40,10 +40,37 @@ def _gpu_pod(ns: str, name: str, node: str) -> dict[str, Any]:
     }
 
 
+def _replica_set(ns: str) -> dict[str, Any]:
+    """A ReplicaSet of one that adopts the pod (the real ReplicaSet controller sets the owner,
+    and the disruption controller counts only pods with a controller). Not a Job: KWOK
+    completes Job pods at once."""
+    labels = {"app": "train"}
+    gpu = {"limits": {"nvidia.com/gpu": 1}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "train", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "train:1", "resources": gpu}]},
+            },
+        },
+    }
+
+
 def _pdb_settled(tb: Testbed, ns: str) -> bool:
+    pod = tb.client.get("v1", "Pod", "train-0", ns) or {}
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
     pdb = tb.client.get("policy/v1", "PodDisruptionBudget", "train-pdb", namespace=ns)
     status = (pdb or {}).get("status") or {}
-    return status.get("expectedPods") == 1 and status.get("disruptionsAllowed") == 0
+    return (
+        any(o.get("kind") == "ReplicaSet" for o in owners)
+        and status.get("observedGeneration") is not None
+        and status.get("expectedPods") == 1
+    )
 
 
 def test_plan_base_names_nodes_gpu_pods_and_the_blocking_budget(
@@ -58,6 +85,7 @@ def test_plan_base_names_nodes_gpu_pods_and_the_blocking_budget(
     ns = f"ml-{uuid.uuid4().hex[:6]}"
     tb.client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     tb.client.create(_gpu_pod(ns, "train-0", canary_node))
+    tb.client.create(_replica_set(ns))
     tb.client.create(
         {
             "apiVersion": "policy/v1",
@@ -80,14 +108,14 @@ def test_plan_base_names_nodes_gpu_pods_and_the_blocking_budget(
         assert canary["nodes"] == [canary_node]
         assert [e["kind"] for e in canary["effects"]] == ["driver-upgrade"]
         assert canary["workloads"] == [
-            {"pod": f"{ns}/train-0", "owner": "no controller", "pdbs": ["train-pdb allows 0"]}
+            {"pod": f"{ns}/train-0", "owner": "ReplicaSet", "pdbs": ["train-pdb allows 0"]}
         ]
         assert all(p["nodes"] and p["effects"][0]["cordons"] for p in pools.values())
         assert out["summary"].startswith(f"cordons {len(made)} nodes, stops GPU pods on")
         assert out["summary"].endswith("1 GPU pod running there now")
         assert main(args) == 3
         text = capsys.readouterr().out
-        assert f"blocked: pod {ns}/train-0 (no controller, PDB train-pdb allows 0)" in text
+        assert f"blocked: pod {ns}/train-0 (ReplicaSet, PDB train-pdb allows 0)" in text
         assert "driver upgrade 580.126.20 -> 580.142.01" in text
     finally:
         tb.client.delete("v1", "Namespace", ns)

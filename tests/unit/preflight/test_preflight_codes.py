@@ -192,11 +192,29 @@ def test_gg013_untranslated_cel_rule_is_named(tmp_path: Path) -> None:
     assert "startsWith" in f.message and f.severity is Severity.INFO
 
 
-class FakeClient:
-    def __init__(self, nodes: list[dict[str, Any]], refuse: str = "") -> None:
-        self.nodes, self.refuse, self.applied = nodes, refuse, []
+def operator_deployment(*env: str) -> dict[str, Any]:
+    """The gpu-operator Deployment as the Helm chart renders it, with ``env`` set."""
+    container = {"name": "gpu-operator", "env": [{"name": e, "value": "img:1"} for e in env]}
+    return {
+        "metadata": {"name": "gpu-operator", "namespace": "gpu-operator"},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
 
-    def list(self, api_version: str, kind: str, **_: Any) -> dict[str, Any]:
+
+class FakeClient:
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        refuse: str = "",
+        deployments: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.nodes, self.refuse, self.applied = nodes, refuse, []
+        self.deployments = deployments if deployments is not None else [operator_deployment()]
+
+    def list(self, api_version: str, kind: str, **kw: Any) -> dict[str, Any]:
+        if (api_version, kind) == ("apps/v1", "Deployment"):
+            assert kw.get("namespace") == "gpu-operator"
+            return {"items": self.deployments}
         assert (api_version, kind) == ("v1", "Node")
         return {"items": self.nodes}
 
@@ -491,6 +509,44 @@ def test_live_gpu_product_overrides_declared(tmp_path: Path) -> None:
     gpu["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A30"
     (f,) = only(check(root, live_nodes={"default": [gpu]}), "GG034")
     assert "node n1" in f.message
+
+
+def _without_validator_image() -> dict[str, Any]:
+    base = minimal_base()
+    base["spec"]["validator"] = {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}}
+    return base
+
+
+def test_gg044_image_left_to_the_operators_env_without_a_cluster(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100}, base=_without_validator_image())
+    (f,) = only(check(root), "GG044")
+    assert "VALIDATOR_IMAGE" in f.message and "Helm chart sets it" in f.message
+    assert f.field == "spec.validator" and f.line == line_of(
+        root / "base/clusterpolicy.yaml", "validator:"
+    )
+
+
+def test_gg043_image_the_running_operator_cannot_resolve(tmp_path: Path) -> None:
+    root = write_repo(tmp_path, {"a": H100}, base=_without_validator_image())
+    nodes = [node("n1", **{"node.kubernetes.io/pool": "a"})]
+    bare = FakeClient(nodes, deployments=[operator_deployment("DRIVER_MANAGER_IMAGE")])
+    (f,) = only(check(root, client_factory=lambda ctx: bare), "GG043")
+    assert "does not set VALIDATOR_IMAGE" in f.message and "GG044" not in {
+        x.code for x in check(root, client_factory=lambda ctx: bare)
+    }
+    helm = FakeClient(nodes, deployments=[operator_deployment("VALIDATOR_IMAGE")])
+    codes = {x.code for x in check(root, client_factory=lambda ctx: helm)}
+    assert not codes & {"GG043", "GG044"}
+
+
+def test_gg043_partial_image_and_a_driver_without_one(tmp_path: Path) -> None:
+    base = minimal_base()
+    del base["spec"]["toolkit"]["repository"]  # image and version only: the operator refuses
+    del base["spec"]["driver"]["repository"]  # an NVIDIADriver image has no env fallback
+    root = write_repo(tmp_path, {"a": H100}, base=base)
+    found = only(check(root), "GG043")
+    assert {f.field for f in found} == {"spec.toolkit", "spec.driver"}
+    assert all("only some of repository, image and version" in f.message for f in found)
 
 
 def test_every_code_is_tested() -> None:

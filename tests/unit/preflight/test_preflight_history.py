@@ -99,7 +99,7 @@ def test_gg025_blast_radius_and_plan(fleet: tuple[git.Repo, Path, str]) -> None:
     ((cluster, cp),) = canary.cluster_changes
     assert cluster == "default" and cp.kind == "ClusterPolicy" and cp.action == "update"
     assert [(c.path, c.old, c.new) for c in cp.fields] == [
-        ("spec.toolkit.version", None, "v1.20.0")
+        ("spec.toolkit.version", "v1.19.1", "v1.20.0")
     ]
     (pool_a,) = canary.pools
     (drv,) = pool_a.changes

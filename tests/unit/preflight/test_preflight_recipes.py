@@ -276,9 +276,9 @@ def _fleet(
 
 
 def test_following_the_recipe_is_clean(tmp_path: Path, recipes: Path) -> None:
-    root = _fleet(
-        tmp_path, policy={"driver": {"version": RECIPE_DRIVER}, "dcgm": {"enabled": True}}
-    )
+    dcgm = {"enabled": True, "repository": "nvcr.io/nvidia/cloud-native", "image": "dcgm"}
+    dcgm["version"] = "4.5.2-1-ubuntu22.04"
+    root = _fleet(tmp_path, policy={"driver": {"version": RECIPE_DRIVER}, "dcgm": dcgm})
     assert [f.text() for f in check(root, recipes_dir=recipes)] == []
 
 
