@@ -5,7 +5,9 @@ What it needs here (see ../shared/design/TESTBED.md, "The GPU Operator's part"):
 - its asset tree at the hard-coded ``/opt/gpu-operator``: a private mount namespace
   (``unshare --mount``, or ``--user --map-root-user`` when not root) bind-mounts the cached copy
   over ``/opt`` for this one process; the machine's /opt is never touched;
-- ``OPERATOR_NAMESPACE`` (it exits without it) and the testbed's kubeconfig;
+- ``OPERATOR_NAMESPACE`` (it exits without it), the testbed's kubeconfig, and the environment
+  its Helm chart sets (``VALIDATOR_IMAGE``, ``DRIVER_MANAGER_IMAGE``: :mod:`operator_env`), with
+  the chart's Deployment written to its namespace scaled to 0;
 - metrics and health probes on 127.0.0.1 (its defaults are ``:8080``/``:8081``, every address);
 - kube-scheduler and the node-lifecycle controller, started by :mod:`controlplane` for every
   testbed, so its DaemonSet pods are bound and the ``not-ready`` taint is lifted.
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError, TestbedError
 from gitops_gpu.kube import NotFoundError
-from gitops_gpu_dev.testbed import controlplane
+from gitops_gpu_dev.testbed import controlplane, operator_env
 from gitops_gpu_dev.testbed.operator_build import OperatorBuild
 
 NAMESPACE = "gpu-operator"
@@ -80,8 +82,20 @@ def start(
         field_manager="gitops-gpu-testbed",
         force=True,
     )
+    # As a Helm install: the chart's env for the process, its Deployment (scaled to 0) for
+    # what reads the cluster (operator_env.py).
+    installed = operator_env.helm_deployment(NAMESPACE)
+    client.apply(
+        operator_env.as_installed(installed, NAMESPACE),
+        field_manager="gitops-gpu-testbed",
+        force=True,
+    )
     metrics, probe = controlplane.free_port(), controlplane.free_port()
-    env = {"KUBECONFIG": str(state.kubeconfig), "OPERATOR_NAMESPACE": NAMESPACE}
+    env = {
+        **operator_env.container_env(installed),
+        "KUBECONFIG": str(state.kubeconfig),
+        "OPERATOR_NAMESPACE": NAMESPACE,
+    }
     command = argv(op, metrics, probe)
     controlplane._spawn(PROCESS, command, state, die_with_parent=die_with_parent, env=env)
     url = f"http://{controlplane.LOOPBACK}:{probe}/readyz"
@@ -152,6 +166,9 @@ def _operands(client: kube.Client) -> list[tuple[str, str, str]]:
             continue
         for item in items:
             meta = item.get("metadata")
-            if isinstance(meta, dict):
-                found.append((api, kind, str(meta.get("name"))))
+            if not isinstance(meta, dict):
+                continue
+            if (kind, meta.get("name")) == ("Deployment", operator_env.DEPLOYMENT):
+                continue  # the install's own (operator_env.py), not an operand
+            found.append((api, kind, str(meta.get("name"))))
     return found
