@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gitops_gpu import names, timefmt
-from gitops_gpu.components import evidence, ladder, nfd, signals
+from gitops_gpu.components import evidence, ladder, nfd, operator_state, signals
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, NodeHealth, Options, PoolHealth
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
@@ -179,6 +179,8 @@ class Observer:
                 )
                 health[pool] = ph
                 version = compiled.pool(pool).driver_version
+                refusals = [operator_state.refusal(live), ops.policy_refusal if ops else None]
+                said = [r for r in (*refusals, ph.first_failure) if r]
                 out[pool] = PoolObservation(
                     pool=pool,
                     commit=commit,
@@ -189,7 +191,8 @@ class Observer:
                     nodes_progressing=ph.count(Health.PROGRESSING),
                     nodes_unavailable=ph.unavailable,
                     unavailable_kinds=ph.unavailable_kinds,
-                    first_failure=ph.first_failure,
+                    # The operator's own refusal first: the cause the nodes only show as symptoms.
+                    first_failure="; ".join(said) or None,
                     summary=f"on {version}" if version else "",
                 )
                 if ops is not None and ops.operands.daemonsets:

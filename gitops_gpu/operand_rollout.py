@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.components import operator_state
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
 from gitops_gpu.snapshot import OperandContext
 from gitops_gpu.sync import labels, operands
@@ -72,16 +73,17 @@ class OperandRoller:
 
     def context(self, compiled_for: CompiledFor) -> OperandContext:
         ops = self.read()
-        if not ops.daemonsets:
-            return OperandContext(ops, {}, dict(self.refused))
         live = self.policies.get(names.CLUSTER_POLICY_NAME)
+        refused = operator_state.refusal(live)
+        if not ops.daemonsets:  # e.g. the operator refused the ClusterPolicy outright
+            return OperandContext(ops, {}, dict(self.refused), policy_refusal=refused)
         specs = self.live_policy_specs(compiled_for, live or {})
         spec = (live or {}).get("spec")
         settling = self.settling(live or {}, spec if isinstance(spec, Mapping) else None)
         commit = ((live or {}).get("metadata", {}).get("annotations") or {}).get(
             names.COMMIT_ANNOTATION
         )
-        return OperandContext(ops, specs, dict(self.refused), settling, commit)
+        return OperandContext(ops, specs, dict(self.refused), settling, commit, refused)
 
     def roll(self, cluster: ClusterTarget, pools: Iterable[str], compiled_for: CompiledFor) -> int:
         """Evict one batch of stale operand pods per pool of ``pools``; the pods evicted."""

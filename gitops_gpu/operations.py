@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import history_guard, kube, names
-from gitops_gpu.components import drift, evidence
+from gitops_gpu.components import drift, evidence, operator_state
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.components.holders import NodeWait
 from gitops_gpu.controller import CONTROL_CONFIGMAP, Config, Controller
@@ -35,10 +35,11 @@ from gitops_gpu.rollout.status import (
     stage_context,
 )
 from gitops_gpu.sealed import stage_approvers
-from gitops_gpu.snapshot import Reader
+from gitops_gpu.snapshot import OperandContext, Reader
 from gitops_gpu.sync import engine
 from gitops_gpu.sync import waits as waits_reader
 from gitops_gpu.sync.live import Informer, LiveReader, pod_node
+from gitops_gpu.sync.operands import Operands
 from gitops_gpu.sync.source import BranchCommit
 
 
@@ -166,7 +167,10 @@ def _observe(
             inf.wait_synced()
         eng = engine.Engine(client, LiveReader(client, nodes))
         drivers = eng.reader.managed(*names.NVIDIA_DRIVER_API)
-        snap = Reader(nodes, reports, pods).read(eng, drivers, compiled, ctl.compiled_for)
+        policy = client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+        # Only what status shows of the operator: its refusal of the ClusterPolicy, if any.
+        ops = OperandContext(Operands.empty(), {}, policy_refusal=operator_state.refusal(policy))
+        snap = Reader(nodes, reports, pods).read(eng, drivers, compiled, ctl.compiled_for, ops)
         seen, healthy = Observer().judge(snap, compiled)
         return seen, healthy, waits_reader.read_pass(client, snap, seen, ctl.clock()).by_pool()
     finally:

@@ -60,6 +60,8 @@ class OperandContext:
     # The ClusterPolicy changed moments ago: the operator may not have updated its DaemonSets.
     settling: bool = False
     live_commit: str | None = None  # the commit the live ClusterPolicy carries
+    # The operator's refusal of the live ClusterPolicy (components/operator_state.py), if any.
+    policy_refusal: str | None = None
 
 
 @dataclass(frozen=True)

@@ -87,9 +87,9 @@ class NodeHealth:
 
     @property
     def cause(self) -> str:
-        """The reason as a stage names it: an unavailable node by name ("gpu-7 NotReady since
-        12m (NodeStatusUnknown)"), a node the ladder judged by its rung."""
-        return f"{self.node} {self.reason}" if self.unavailable is not None else self.reason
+        """The reason as a stage names it, the node first: "gpu-7 NotReady since 12m
+        (NodeStatusUnknown)", "l40s-infer-001 gpu: Xid 79 on GPU 0 at ..."."""
+        return f"{self.node} {self.reason}"
 
     @property
     def failing(self) -> RungResult | None:

@@ -53,9 +53,9 @@ def test_worst_of_and_counts(healths: list[Health]) -> None:
 
 
 def test_the_pool_names_a_degraded_node_before_one_still_upgrading() -> None:
-    # "a" sorts first and is only upgrading; "b" is what is actually wrong
+    # "a" sorts first and is only upgrading; "b" is what is actually wrong, and is named
     pool = aggregate("p", [node("b", Health.DEGRADED), node("a", Health.PROGRESSING)])
-    assert pool.first_failure == f"x: {Health.DEGRADED}"
+    assert pool.first_failure == f"b x: {Health.DEGRADED}"
     upgrading = aggregate("p", [node("b", Health.HEALTHY), node("a", Health.PROGRESSING)])
-    assert upgrading.first_failure == f"x: {Health.PROGRESSING}"
+    assert upgrading.first_failure == f"a x: {Health.PROGRESSING}"
     assert aggregate("p", [node("a", Health.HEALTHY)]).first_failure is None

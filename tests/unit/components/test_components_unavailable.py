@@ -313,7 +313,7 @@ def test_a_node_that_becomes_ready_again_is_judged_again() -> None:
     behind = edit(healthy("gpu-4"), labels={names.UPGRADE_STATE_LABEL: "upgrade-required"})
     back = judge(pool(), four_with(behind), observer=observer, rv="2")
     assert (back.nodes_unavailable, back.nodes_progressing, back.nodes_healthy) == (0, 1, 3)
-    assert back.first_failure is not None and back.first_failure.startswith("driver: ")
+    assert back.first_failure is not None and back.first_failure.startswith("gpu-4 driver: ")
     assert not gate_of(back).converged  # a stage that had converged relapses until it caught up
     done = judge(pool(), four_with(), observer=observer, rv="3")
     assert (done.nodes_healthy, done.nodes_unavailable) == (4, 0)

@@ -12,7 +12,7 @@ from typing import Any, cast
 from components_builders import DRIVER, NOW, edit, healthy, node_obj, pool, status_for
 
 from gitops_gpu import names
-from gitops_gpu.components import ladder
+from gitops_gpu.components import ladder, operator_state
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import Health
 from gitops_gpu.execute import Executor
@@ -135,7 +135,7 @@ def test_health_counts_and_first_failure() -> None:
     )
     # the degraded node is named before the one still upgrading
     assert obs.first_failure == (
-        f"driver: NVML reports {DRIVER}, desired {DRIVER}, upgrade-state upgrade-failed"
+        f"gpu-2 driver: NVML reports {DRIVER}, desired {DRIVER}, upgrade-state upgrade-failed"
     )
     assert health["train"].health is Health.DEGRADED
 
@@ -689,7 +689,7 @@ def test_a_report_that_stopped_changing_goes_stale_from_when_it_was_seen(monkeyp
     assert walked == ["gpu-1"]
     stale = obs.judge(fleet_.snap(501), NEWEST)[1]["train"]
     assert stale.health is Health.UNKNOWN
-    assert stale.first_failure == "driver: NodeGPUReport is stale: 301s old (limit 300s)"
+    assert stale.first_failure == "gpu-1 driver: NodeGPUReport is stale: 301s old (limit 300s)"
     assert walked == ["gpu-1", "gpu-1"]
 
 
@@ -703,7 +703,7 @@ def test_a_heartbeat_that_dates_the_report_ahead_is_judged_again(monkeypatch: An
     ahead = obs.judge(fleet_.snap(5), NEWEST)[1]["train"]
     assert ahead.health is Health.UNKNOWN and len(walked) == 2
     assert ahead.first_failure == (
-        "driver: NodeGPUReport observedAt 2027-11-29T12:00:00Z is 31535995s ahead of the "
+        "gpu-1 driver: NodeGPUReport observedAt 2027-11-29T12:00:00Z is 31535995s ahead of the "
         "controller's clock (max skew 30s): untrusted"
     )
 
@@ -760,3 +760,49 @@ def test_an_xid_from_before_the_adoption_is_history_even_for_a_revert() -> None:
 
 def test_without_our_apply_time_every_xid_counts() -> None:
     assert _xid_pool(None).nodes_unhealthy == 1
+
+
+# -- the operator's side ------------------------------------------------------------------------
+def _error(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Error"},
+            {"type": "Error", "status": "True", "reason": reason, "message": message},
+        ]
+    }
+
+
+def test_the_operators_refusal_comes_first_in_the_pools_failure() -> None:
+    refused = {**driver("train", NEW), "kind": "NVIDIADriver"}
+    refused["status"] = _error("ReconcileFailed", "failed to get image path from crd:\n  invalid")
+    policy = {
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "status": _error(
+            "ReconcileFailed",
+            "Failed to reconcile state-operator-validation: empty image path provided through "
+            "both ClusterPolicy CR and ENV VALIDATOR_IMAGE",
+        ),
+    }
+    ops = OperandContext(
+        operands.Operands.empty(), {}, policy_refusal=operator_state.refusal(policy)
+    )
+    snap = replace(two_healthy(), drivers={"train": refused}, operands=ops)
+    obs = Observer().judge(snap, NEWEST)[0]["train"]
+    assert obs.first_failure == (
+        "operator: NVIDIADriver train refused: ReconcileFailed: failed to get image path from "
+        "crd: invalid; operator: ClusterPolicy cluster-policy refused: ReconcileFailed: Failed "
+        "to reconcile state-operator-validation: empty image path provided through both "
+        "ClusterPolicy CR and ENV VALIDATOR_IMAGE"
+    )
+
+
+def test_operands_still_coming_up_are_not_a_refusal() -> None:
+    waiting = {"kind": "NVIDIADriver", "metadata": {"name": "train"}}
+    waiting["status"] = _error("DriverNotReady", "Waiting for driver pod to be ready")
+    assert operator_state.refusal(waiting) is None
+    assert operator_state.refusal({"status": {"conditions": []}}) is None
+    long = {"kind": "ClusterPolicy", "metadata": {"name": "cp"}}
+    long["status"] = _error("ReconcileFailed", "x" * 1000)
+    text = operator_state.refusal(long)
+    assert text is not None and text.endswith("...") and len(text) < 400
