@@ -25,6 +25,7 @@ from gitops_gpu.observe import Observer
 from gitops_gpu.rollout import line, span
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.inputs import PoolObservation
+from gitops_gpu.rollout.phases import Phase, format_time, read_mark
 from gitops_gpu.rollout.record import Record
 from gitops_gpu.rollout.seal import SealKey
 from gitops_gpu.rollout.status import (
@@ -196,6 +197,9 @@ def _stage(
         "commit": commit,
         "state": verdict.state if verdict else None,
         "description": verdict.description if verdict else "",
+        # What a person asks next: how long the soak still runs, and the stage's last failure.
+        "soakLeft": _soak_left(stage, verdict, now),
+        "lastEvent": last_event(trusted, stage, commit),
         # "" when it may move at any time; else why not now, or until when it may.
         "window": window,
         # Why the stage starts nothing new now: the stopped line first, then its window.
@@ -227,6 +231,30 @@ def _stage(
         "pools": [{**_pool(p, health.get(p)), "cluster": pool_clusters[p]} for p in stage.pools],
     }
     return entry
+
+
+def _soak_left(stage: StageSpec, verdict: CommitStatus | None, now: float) -> float | None:
+    """Seconds the stage's soak still runs (None: not soaking)."""
+    mark = read_mark(verdict) if verdict is not None else None
+    if mark is None or mark.phase is not Phase.SOAKING:
+        return None
+    return max(0.0, stage.gate.soak_seconds - (now - mark.since))
+
+
+def last_event(trusted: Record, stage: StageSpec, current: str | None) -> str:
+    """The stage's newest failure of a commit other than the one it runs, as a person reads
+    it: "rolled back from 0d7061c at 2026-12-03T14:07:00Z: canary: 1 node unhealthy ..."."""
+    context = stage_context(stage.name)
+    failures = [
+        s
+        for s in trusted.current()
+        if s.context == context and s.state == FAILURE and s.sha != current
+    ]
+    if not failures:
+        return ""
+    last = max(failures, key=lambda s: s.created_at)
+    verb = "rolled back from" if stage.on_failure == "rollback" and current else "failed"
+    return f"{verb} {last.sha[:7]} at {format_time(last.created_at)}: {last.description}"
 
 
 def _pool(

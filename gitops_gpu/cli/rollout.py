@@ -20,6 +20,7 @@ from gitops_gpu.cli import options, status_clusters
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.controller import Controller
 from gitops_gpu.rollout import line, seal
+from gitops_gpu.rollout.phases import format_duration
 
 
 def _common(p: argparse.ArgumentParser, *, repo: bool = True) -> None:
@@ -105,6 +106,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"stage {e['stage']:12} {commit:12} {e['state'] or '-':8} {e['description']}")
         if e["hold"]:
             print(f"  hold: {e['hold']}")
+        if e.get("soakLeft") is not None:
+            print(f"  soak: {format_duration(e['soakLeft'])} left")
+        if e.get("lastEvent"):
+            print(f"  last: {e['lastEvent']}")
         for p in e["pools"]:
             line = (
                 f"  pool {p['pool']:14} {p['healthy']}/{p['total']} nodes healthy ({p['health']})"

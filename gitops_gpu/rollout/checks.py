@@ -30,6 +30,8 @@ class SmokeResult:
     nodes_passed: int = 0
     # Per failed node: "node-a: Error (exit code 1): <last log lines>".
     failures: tuple[str, ...] = ()
+    # Per node whose pod cannot start yet: "node-a: pod Unschedulable: 0/5 nodes are ...".
+    waiting: tuple[str, ...] = ()
 
 
 class AnalysisState(StrEnum):

@@ -364,9 +364,16 @@ def _smoke_gate(
         text = f"{name}: smoke test failed on {failed}/{result.nodes_total} nodes: {first}"
         return _fail(stage, target, text, inp, record)
     out: list[Action] = []
-    if phase is not Phase.SMOKE_TESTING:
-        detail = f"{view.summary}, smoke test on {_nodes_text(stage)}"
-        text = pending_description(name, Phase.SMOKE_TESTING, whole_seconds(inp.now), detail)
+    latest = record.latest(target, context)
+    mark = read_mark(latest) if latest is not None else None
+    since = mark.since if mark is not None and phase is Phase.SMOKE_TESTING else inp.now
+    detail = f"{view.summary}, smoke test on {_nodes_text(stage)}"
+    if result.waiting:  # a pod that cannot start says why, once, not at its timeout
+        detail += f"; {result.waiting[0]}"
+    text = pending_description(name, Phase.SMOKE_TESTING, whole_seconds(since), detail)
+    if phase is not Phase.SMOKE_TESTING or (
+        result.waiting and latest is not None and latest.description != text
+    ):
         out.append(SetStatus(target, context, PENDING, text))
     out.append(RunSmokeTest(name, target))
     progress = f"{result.nodes_passed}/{result.nodes_total} nodes passed"

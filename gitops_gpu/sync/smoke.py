@@ -215,8 +215,19 @@ class SmokeRunner:
                 state = SmokeState.PASSED
             else:
                 state = SmokeState.RUNNING
+            waiting = tuple(
+                f"{node}: pod {self._waiting[name]}"
+                for node in want
+                if node in by_node
+                and (name := str(by_node[node]["metadata"]["name"])) in self._waiting
+                and not _finished(by_node[node])
+            )
             out[key] = SmokeResult(
-                state, len(want), passed, tuple(f"{f.node}: {f.message}" for f in failures)
+                state,
+                len(want),
+                passed,
+                tuple(f"{f.node}: {f.message}" for f in failures),
+                waiting,
             )
         return out
 

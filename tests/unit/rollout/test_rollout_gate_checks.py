@@ -78,6 +78,23 @@ def test_failed_smoke_pod_fails_the_stage_naming_node_and_log() -> None:
     assert fleet.state(A, "production") is None
 
 
+def test_a_smoke_pod_that_cannot_start_is_said_once_before_its_timeout() -> None:
+    fleet = smoke_fleet()
+    fleet.push(A)
+    fleet.run_until(lambda: fleet.smoke_runs() > 0)
+    started = fleet.latest(A, "canary")
+    assert started is not None
+    pending = "canary-1: pod Unschedulable: 0/4 nodes are available: 1 Insufficient nvidia.com/gpu"
+    fleet.smoke[("canary", A)] = SmokeResult(SmokeState.RUNNING, 2, 1, (), (pending,))
+    fleet.run(3)
+    said = [s for s in fleet.history(A, "canary") if "Unschedulable" in s.description]
+    assert len(said) == 1, [s.description for s in fleet.history(A, "canary")]
+    assert said[0].state == PENDING and "; canary-1: pod Unschedulable" in said[0].description
+    mark, first = read_mark(said[0]), read_mark(started)
+    assert mark is not None and first is not None
+    assert mark.phase is Phase.SMOKE_TESTING and mark.since == first.since  # same phase, same T
+
+
 def test_relapse_after_a_passed_smoke_test_does_not_rerun_it() -> None:
     fleet = smoke_fleet()
     fleet.push(A)

@@ -187,7 +187,9 @@ def test_unschedulable_pod_then_deadline_names_the_scheduler_reason() -> None:
             ],
         },
     }
-    assert runner.results([STAGE], nodes, NOW + 5)[("canary", SHA)].state is SmokeState.RUNNING
+    running = runner.results([STAGE], nodes, NOW + 5)[("canary", SHA)]
+    assert running.state is SmokeState.RUNNING
+    assert running.waiting == (f"n1: pod Unschedulable: {message}",)  # said before the deadline
     del client.pods["p"]  # the deadline deleted it
     client.jobs[name]["status"] = {
         "failed": 1,
