@@ -87,6 +87,7 @@ CODES: dict[str, tuple[Severity, str]] = {
         "the version matrix could not judge the pool (unknown product, branch or version)",
     ),
     "GG037": (Severity.ERROR, "the driver cannot run the CUDA version the pool states"),
+    "GG039": (Severity.WARNING, "the driver version is in no known NVIDIA data center release"),
     "GG038": (
         Severity.WARNING,
         "the driver branch is newer than the cluster's GPU Operator release was published with",

@@ -168,10 +168,12 @@ def check_driver(driver: DriverSettings, gpus: list[GpuFacts], today: datetime.d
     if row is None:
         out.append(
             Issue(
-                "GG036",
-                f"driver branch R{branch} is not in the version matrix",
-                "check NVIDIA's driver lifecycle page, then add the branch to "
-                "gitops_gpu/data/version_matrix.yaml",
+                "GG039",
+                f"driver {driver.version}: branch R{branch} is in no known NVIDIA data center "
+                "release (the version matrix lists every branch up to "
+                f"R{max(m.branches)}): a typo, or a branch newer than this gitops-gpu",
+                "pin a released driver (e.g. the GPU Operator release's default); if the "
+                "branch is real, add it to gitops_gpu/data/version_matrix.yaml",
                 "version",
             )
         )

@@ -479,12 +479,17 @@ def test_gg035_lts_branch_after_its_end_date(tmp_path: Path) -> None:
     [
         ("NVIDIA-H100-80GB-HBM3", "sha256:e243d778bd83", "not a version number"),
         ("NVIDIA-Z9000", "580.126.20", "not in the version matrix"),
-        ("NVIDIA-H100-80GB-HBM3", "999.1.1", "R999 is not in the version matrix"),
     ],
 )
 def test_gg036_matrix_cannot_judge(tmp_path: Path, product: str, version: str, needle: str) -> None:
     found = only(_driver(tmp_path, product, version=version), "GG036")
     assert any(needle in f.message for f in found)
+
+
+def test_gg039_a_driver_in_no_known_release(tmp_path: Path) -> None:
+    (f,) = only(_driver(tmp_path, "NVIDIA-H100-80GB-HBM3", version="508.126.20"), "GG039")
+    assert "R508 is in no known NVIDIA data center release" in f.message
+    assert f.field and f.field.endswith("version") and "version_matrix.yaml" in f.fix
 
 
 def test_gg036_no_product_known(tmp_path: Path) -> None:
