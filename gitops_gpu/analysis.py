@@ -131,6 +131,8 @@ class Analyzer:
         ``compareTo: baseline``."""
         nodes, baseline, baseline_pools = list(nodes), list(baseline), list(baseline_pools)
         missing: list[str] = []
+        seen: list[str] = []  # within bounds: "xid 0 (max 0)"
+        values: list[tuple[str, float]] = []
         for metric in stage.gate.metrics:
             if self.prometheus is None:
                 missing.append(f"{metric.name}: no --prometheus-url")
@@ -155,13 +157,15 @@ class Analyzer:
                     missing.append(f"{metric.name}: {answer.problem}")
                     break
                 over = answer.value > limit if bound == "max" else answer.value < limit
+                values.append((metric.name, answer.value))
                 if over:
                     sign = ">" if bound == "max" else "<"
                     detail = f"{metric.name}: {_text(answer.value)} {sign} {bound} {_text(limit)}"
-                    return AnalysisResult(AnalysisState.VIOLATED, detail)
+                    return AnalysisResult(AnalysisState.VIOLATED, detail, tuple(values))
+                seen.append(f"{metric.name} {_text(answer.value)} ({bound} {_text(limit)})")
         if missing:
-            return AnalysisResult(AnalysisState.NO_DATA, "; ".join(missing))
-        return AnalysisResult(AnalysisState.OK)
+            return AnalysisResult(AnalysisState.NO_DATA, "; ".join(missing), tuple(values))
+        return AnalysisResult(AnalysisState.OK, "; ".join(seen), tuple(values))
 
     def _compare(
         self,

@@ -397,9 +397,10 @@ class Controller:
             ]
             base = [n for s in behind for n in nodes[s.name]]
             base_pools = [p for s in behind for p in s.pools]
-            out[(stage.name, commit)] = self.analyzer.evaluate(
-                stage, nodes[stage.name], base, base_pools
-            )
+            result = self.analyzer.evaluate(stage, nodes[stage.name], base, base_pools)
+            out[(stage.name, commit)] = result
+            for metric, value in result.values:  # what the gate saw last, for dashboards
+                self.metrics.gate_metric.labels(stage.name, metric).set(value)
         return out
 
     def _workload_waits(

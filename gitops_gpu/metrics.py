@@ -82,6 +82,12 @@ class Metrics:
             ["stage", "state"],
             registry=r,
         )
+        self.gate_metric = Gauge(
+            "gitops_gpu_gate_metric_value",
+            "The latest value of each gate.metrics query, per stage",
+            ["stage", "metric"],
+            registry=r,
+        )
         self.last_fetch = Gauge(
             "gitops_gpu_last_successful_fetch_timestamp_seconds",
             "Unix time of the last successful poll of the fleet repo",

@@ -44,5 +44,7 @@ class AnalysisState(StrEnum):
 @dataclass(frozen=True)
 class AnalysisResult:
     state: AnalysisState = AnalysisState.OK
-    # "xid: 3 > max 0" / "xid: no data" / "xid: bad_data: 1:5: parse error: ..."
+    # "xid: 3 > max 0" / "xid: no data" / "xid: bad_data: 1:5: parse error: ..."; when OK,
+    # each metric's latest value: "xid 0 (max 0)".
     detail: str = ""
+    values: tuple[tuple[str, float], ...] = ()  # (metric, latest value) for those read

@@ -322,7 +322,8 @@ def _gate(
             text = pending_description(name, Phase.SOAKING, soak_since, view.summary, soak)
             out.append(SetStatus(target, context, PENDING, text))
         left = format_duration(soak - (now - soak_since))
-        out.append(Wait(f"{name}: soaking {short(target)}, {left} left"))
+        seen = _metric_values(stage, target, inp)
+        out.append(Wait(f"{name}: soaking {short(target)}, {left} left{seen}"))
         return out
 
     soaked = f", soaked {format_duration(soak)}" if soak > 0 else ""
@@ -336,8 +337,18 @@ def _gate(
         return out
 
     approved = ", approved" if gate.approval_required else ""
-    text = fit_description(f"{name}: {view.summary}{soaked}{approved}")
+    seen = _metric_values(stage, target, inp)
+    text = fit_description(f"{name}: {view.summary}{soaked}{approved}{seen}")
     return [SetStatus(target, context, SUCCESS, text)]
+
+
+def _metric_values(stage: StageSpec, target: str, inp: RolloutInput) -> str:
+    """ "; metrics xid 0 (max 0)": the latest value of each metric check, when all were read
+    within their bounds."""
+    result = inp.analysis.get((stage.name, target))
+    if not stage.gate.metrics or result is None or result.state is not AnalysisState.OK:
+        return ""
+    return f"; metrics {result.detail}" if result.detail else ""
 
 
 def _smoke_gate(

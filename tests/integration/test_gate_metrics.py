@@ -47,6 +47,9 @@ def test_xid_fault_breaks_the_bound_naming_value_and_bound(prombed: PromBed) -> 
         assert time.monotonic() < deadline, healthy
         time.sleep(0.5)
     assert healthy.state is AnalysisState.OK, healthy
+    # Each metric's latest value is said, for the stage's status and the gauge.
+    assert healthy.detail.startswith("xid 0 (max 0); xid-10s 0 (max 0); util "), healthy.detail
+    assert [name for name, _ in healthy.values] == ["xid", "xid-10s", "util"]
     prombed.fault("canary-1", "xid79")
     try:
         deadline = time.monotonic() + 30

@@ -169,9 +169,13 @@ def test_smoke_then_metrics_phase_order() -> None:
     spec = GateSpec(soak_seconds=120, smoke_test=SMOKE, metrics=(XID,))
     fleet = GateFleet(stage_specs=stages(canary=spec))
     fleet.push(A)
-    fleet.analysis[("canary", A)] = AnalysisResult(AnalysisState.OK)
+    fleet.analysis[("canary", A)] = AnalysisResult(
+        AnalysisState.OK, "xid 0 (max 0)", (("xid", 0.0),)
+    )
     fleet.run_until(lambda: fleet.smoke_runs() > 0)
     fleet.smoke[("canary", A)] = SmokeResult(SmokeState.PASSED, 2, 2)
     fleet.run_until(lambda: fleet.state(A, "canary") == SUCCESS)
     assert fleet.phases(A) == ["rolling out", "smoke testing", "soaking", SUCCESS]
+    done = fleet.latest(A, "canary")
+    assert done is not None and done.description.endswith("; metrics xid 0 (max 0)")
     assert Phase.SMOKE_TESTING.value == "smoke testing"
