@@ -26,7 +26,9 @@ from gitops_gpu.preflight.disruption_text import summary as disruption_summary
 from gitops_gpu.preflight.findings import Finding, render_json, render_text, summary
 from gitops_gpu.preflight.plan import plan_json, plan_text
 from gitops_gpu.preflight.run import PreflightResult, run_preflight
+from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.backends import make_backend
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, SUCCESS, CommitStatus
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--post-status",
         action="store_true",
         help="write the gitops-gpu/preflight commit status on the checked commit",
+    )
+    c.add_argument(
+        "--post-comment",
+        type=int,
+        metavar="PR",
+        help="keep one comment on pull request PR (the status backend's forge) with the "
+        "verdict, the plan and what it does to nodes; edited in place on every run",
     )
     options.status_record(c)
     verify_args.add_arguments(c)
@@ -128,6 +137,12 @@ def check(args: argparse.Namespace) -> int:
         except GitopsGpuError as exc:
             print(f"error: could not post the preflight status: {exc}", file=sys.stderr)
             return Exit.USAGE
+    if args.post_comment is not None:
+        try:
+            post_comment(args, result)
+        except GitopsGpuError as exc:
+            print(f"error: could not post the pull-request comment: {exc}", file=sys.stderr)
+            return Exit.USAGE
     return Exit.OK if result.ok else Exit.FAILED
 
 
@@ -159,6 +174,37 @@ def status_description(result: PreflightResult) -> str:
         tail = f"; worst {worst.code} {worst.message}" if worst else ""
         return "; ".join([verdict, *said]) + tail
     return head
+
+
+def comment_body(result: PreflightResult, head: str, limit: int) -> str:
+    """The pull request's comment: verdict and what it does to nodes first, details folded."""
+    ok = result.ok
+    counts = summary(result.findings)
+    verdict = ("preflight passed" if ok else "preflight FAILED") + (
+        f" ({counts.get('error', 0)} errors, {counts.get('warning', 0)} warnings)"
+    )
+    lines = [status_description(result)]
+    if result.disruption is not None:
+        lines.insert(0, f"**{disruption_summary(result.disruption)}**")
+    details = [(f"Findings ({len(result.findings)})", render_text(result.findings))]
+    if result.plan is not None:
+        details.append(("Plan: objects and fields", plan_text(result.plan)))
+    if result.disruption is not None:
+        details.append(("Disruption: nodes and workloads", disruption_text(result.disruption)))
+    return pr_comment.render(head, verdict, lines, details, limit)
+
+
+def post_comment(args: argparse.Namespace, result: PreflightResult) -> None:
+    backend = make_backend(args.status_backend, str(args.path), token_file=args.status_token_file)
+    if not isinstance(backend, ForgeBackend):
+        raise GitopsGpuError(
+            f"--post-comment needs a forge status backend, not {backend.name}",
+            fix="pass --status-backend github:..., gitea:... or gitlab:...",
+        )
+    head = args.commit or history.head_commit(args.path) or "working tree"
+    limit = pr_comment.LIMITS.get(backend.name, pr_comment.LIMITS["github"])
+    done = backend.upsert_comment(args.post_comment, comment_body(result, head, limit))
+    print(f"pull request {args.post_comment}: comment {done}", file=sys.stderr)
 
 
 def post_preflight_status(args: argparse.Namespace, result: PreflightResult) -> None:

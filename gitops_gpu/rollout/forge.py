@@ -18,6 +18,7 @@ from typing import Any
 
 from gitops_gpu import peer_limits, timefmt
 from gitops_gpu.errors import StatusBackendError
+from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.httpclient import (
     MAX_PAGES,
     HttpClient,
@@ -72,6 +73,16 @@ class Dialect(abc.ABC):
 
     def post_path(self, sha: str) -> str:
         return f"{self.repo_path}/statuses/{sha}"
+
+    # Pull-request comments (rollout/pr_comment.py): GitHub and Gitea keep them on the issue
+    # of the PR; GitLab overrides these with merge-request notes.
+    edit_method = "PATCH"
+
+    def comments_path(self, number: int) -> str:
+        return f"{self.repo_path}/issues/{number}/comments"
+
+    def comment_path(self, number: int, comment_id: int) -> str:
+        return f"{self.repo_path}/issues/comments/{comment_id}"
 
     @abc.abstractmethod
     def first_query(self) -> Query: ...
@@ -198,6 +209,34 @@ class ForgeBackend(StatusBackend):
             raise self.dialect.explain(exc, sha, posting=True) from None
         self._last.pop(sha, None)
         return True
+
+    def upsert_comment(self, number: int, body: str) -> str:
+        """Keep ONE gitops-gpu comment on pull request ``number``: edit the one carrying the
+        marker in place, or create it. "created", "edited" or "unchanged"."""
+        mine = pr_comment.ours(self._comments(number))
+        if mine is None:
+            self._client.request("POST", self.dialect.comments_path(number), body={"body": body})
+            return "created"
+        if str(mine.get("body") or "") == body:
+            return "unchanged"
+        path = self.dialect.comment_path(number, int(mine["id"]))
+        self._client.request(self.dialect.edit_method, path, body={"body": body})
+        return "edited"
+
+    def _comments(self, number: int) -> list[Item]:
+        out: dict[int, Item] = {}
+        url: str = self.dialect.comments_path(number)
+        query: Query | None = self.dialect.first_query()
+        for _ in range(MAX_PAGES):
+            reply = self._client.request("GET", url, query=query)
+            for item in reply.data if isinstance(reply.data, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("id"), int):
+                    out.setdefault(item["id"], item)
+            following = self.dialect.next_page(reply, url, query, len(out))
+            if following is None:
+                break
+            url, query = following
+        return [out[i] for i in sorted(out)]
 
     def _items(self, sha: str) -> list[Item]:
         """Every status item of the commit, oldest first (by id), without duplicates."""

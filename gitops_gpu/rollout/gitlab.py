@@ -54,6 +54,14 @@ class GitLab(Dialect):
     def headers(self, token: str) -> dict[str, str]:
         return {"PRIVATE-TOKEN": token, "Accept": "application/json"}
 
+    edit_method = "PUT"
+
+    def comments_path(self, number: int) -> str:
+        return f"{self.repo_path}/merge_requests/{number}/notes"
+
+    def comment_path(self, number: int, comment_id: int) -> str:
+        return f"{self.repo_path}/merge_requests/{number}/notes/{comment_id}"
+
     def list_path(self, sha: str) -> str:
         return f"{self.repo_path}/repository/commits/{sha}/statuses"
 
