@@ -65,6 +65,8 @@ class FakeForge:
         self.teams: dict[str, dict[str, int]] = {}  # team -> member -> GitLab access level
         self.user = "gitops-gpu-bot"  # whose token posts: the listings' creator (GitLab: author)
         self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
+        # pull request (GitLab: merge request iid) -> its comments (GitLab: notes), in order
+        self.comments: dict[int, list[dict[str, Any]]] = {}
         self.errors: list[str] = []
         self.requests: list[tuple[str, str]] = []
         self.fail: list[int] = []
@@ -158,6 +160,9 @@ class FakeForge:
             else:
                 repo = f"{base}/repos/{OWNER}/{REPO}"
                 write, read = rf"{repo}/statuses/({_SHA})", rf"{repo}/commits/({_SHA})/statuses"
+            found = self._comment(method, path, repo, params, body)
+            if found is not None:
+                return found
             if method == "POST" and (m := re.fullmatch(write, path)):
                 if not self._has(m.group(1)):
                     # Real Gitea: an internal error, not a 404 or 422.
@@ -187,6 +192,44 @@ class FakeForge:
                 return found
             self.errors.append(f"unexpected request {method} {raw_path}")
             return 404, {}, {"message": "Not Found"}
+
+    def _comment(
+        self, method: str, path: str, repo: str, params: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], Any] | None:
+        """Issue comments (GitHub: POST/GET .../issues/{n}/comments, PATCH
+        .../issues/comments/{id}; Gitea the same) and merge-request notes (GitLab: POST/GET
+        .../merge_requests/{iid}/notes, PUT .../notes/{id})."""
+        if self.kind == "gitlab":
+            many, one, edit = (
+                rf"{repo}/merge_requests/(\d+)/notes",
+                rf"{repo}/merge_requests/(\d+)/notes/(\d+)",
+                "PUT",
+            )
+        else:
+            many, one, edit = (
+                rf"{repo}/issues/(\d+)/comments",
+                rf"{repo}/issues/comments/(\d+)",
+                "PATCH",
+            )
+        if m := re.fullmatch(many, path):
+            items = self.comments.setdefault(int(m.group(1)), [])
+            if method == "GET":
+                headers, chunk = self._paged(items, params, path)
+                return 200, headers, chunk
+            if method == "POST":
+                self._next_id += 1
+                item = {"id": self._next_id, "body": json.loads(body)["body"]}
+                items.append(item)
+                return 201, {}, item
+        if method == edit and (m := re.fullmatch(one, path)):
+            wanted = int(m.group(m.lastindex or 1))
+            for items in self.comments.values():
+                for item in items:
+                    if item["id"] == wanted:
+                        item["body"] = json.loads(body)["body"]
+                        return 200, {}, item
+            return 404, {}, {"message": "Not Found"}
+        return None
 
     def _team(self, path: str, params: dict[str, str]) -> tuple[int, dict[str, str], Any] | None:
         """Team membership as each forge's API documents it; ``teams`` holds the members."""
@@ -308,19 +351,30 @@ class FakeForge:
             jobs.sort(key=lambda j: (-_second(j["created_at"]), j["id"]))
         elif self.kind == "github":
             jobs.reverse()  # newest first
+        if self.kind == "gitlab" and params.get("all") != "true":
+            self.errors.append("gitlab listing without all=true returns only the latest per name")
+        headers, chunk = self._paged(jobs, params, path)
+        if self.after_page is not None:
+            self.after_page(int(params.get("page", "1")))
+        if self.page_delay:
+            time.sleep(self.page_delay)
+        return 200, headers, chunk
+
+    def _paged(
+        self, items: list[dict[str, Any]], params: dict[str, str], path: str
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """One page of a listing with the forge's own paging headers."""
         size_key = {"github": "per_page", "gitea": "limit", "gitlab": "per_page"}[self.kind]
         size = min(int(params.get(size_key, "30")), self.page_size)
         page = int(params.get("page", "1"))
-        if self.kind == "gitlab" and params.get("all") != "true":
-            self.errors.append("gitlab listing without all=true returns only the latest per name")
-        chunk = jobs[(page - 1) * size : page * size]
-        more = page * size < len(jobs)
+        chunk = items[(page - 1) * size : page * size]
+        more = page * size < len(items)
         headers: dict[str, str] = {}
         if self.kind == "gitlab":
             headers = {
                 "X-Page": str(page),
                 "X-Per-Page": str(size),
-                "X-Total": str(len(jobs)),
+                "X-Total": str(len(items)),
                 "X-Next-Page": str(page + 1) if more else "",
             }
         else:
@@ -328,12 +382,8 @@ class FakeForge:
                 nxt = urllib.parse.urlencode({**params, "page": page + 1})
                 headers["Link"] = f'<{self.url}{path}?{nxt}>; rel="next"'
             if self.kind == "gitea":
-                headers["X-Total-Count"] = str(len(jobs))
-        if self.after_page is not None:
-            self.after_page(page)
-        if self.page_delay:
-            time.sleep(self.page_delay)
-        return 200, headers, chunk
+                headers["X-Total-Count"] = str(len(items))
+        return headers, chunk
 
 
 def _second(stamp: str) -> int:
@@ -360,6 +410,12 @@ def _handler(forge: FakeForge) -> type[BaseHTTPRequestHandler]:
             self._serve()
 
         def do_POST(self) -> None:
+            self._serve()
+
+        def do_PATCH(self) -> None:
+            self._serve()
+
+        def do_PUT(self) -> None:
             self._serve()
 
         def log_message(self, format: str, *args: Any) -> None:

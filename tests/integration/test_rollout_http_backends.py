@@ -13,6 +13,7 @@ import pytest
 from rollout_fake_forge import OWNER, PROJECT, REPO, FakeForge
 
 from gitops_gpu.errors import StatusBackendError
+from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.gitea import GiteaBackend
@@ -301,3 +302,21 @@ def test_team_approvers_are_asked_of_the_forge_and_cached(kind: str) -> None:
         assert fake.errors == []
     finally:
         fake.close()
+
+
+def test_one_pull_request_comment_found_by_its_marker_and_edited_in_place(
+    forge: FakeForge,
+) -> None:
+    """On every forge: comments read across pages, ours found by its marker among others,
+    edited with the forge's own method (GitHub/Gitea PATCH, GitLab PUT of the note)."""
+    backend = client(forge.kind, forge.url)
+    assert isinstance(backend, ForgeBackend)
+    forge.comments[7] = [{"id": i, "body": f"review {i}"} for i in range(1, 4)]  # two pages
+    first = f"{pr_comment.MARKER}\nplan v1"
+    assert backend.upsert_comment(7, first) == "created"
+    assert backend.upsert_comment(7, first) == "unchanged"
+    assert backend.upsert_comment(7, f"{pr_comment.MARKER}\nplan v2") == "edited"
+    bodies = [c["body"] for c in forge.comments[7]]
+    assert bodies == ["review 1", "review 2", "review 3", f"{pr_comment.MARKER}\nplan v2"]
+    edit = "PUT" if forge.kind == "gitlab" else "PATCH"
+    assert sum(1 for method, _ in forge.requests if method == edit) == 1
