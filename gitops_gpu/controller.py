@@ -30,10 +30,12 @@ from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
+from gitops_gpu.pull_requests import PullRequestChecker
 from gitops_gpu.rollout import line, machine, record
 from gitops_gpu.rollout.authentic import Authenticator
 from gitops_gpu.rollout.backends import make_backend
 from gitops_gpu.rollout.checks import AnalysisResult
+from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
@@ -90,6 +92,8 @@ class Config:
     record_key_create: bool = True  # False: the key must exist (a person's one-shot command)
     # GitopsGpuNodeHeldByWorkload fires past this wait (the metric carries it to the rule).
     node_wait_alert_after: float = 6 * 3600.0
+    # --pull-requests: check open pull requests on the status backend's forge (pull_requests.py).
+    pull_requests: bool = False
 
 
 @dataclass
@@ -199,6 +203,22 @@ class Controller:
             clock=lambda: self.clock(),  # noqa: PLW0108
             may_write=lambda: self.may_write(),  # noqa: PLW0108
         )
+        self.pulls: PullRequestChecker | None = None
+        if cfg.pull_requests:
+            if not isinstance(self.backend, ForgeBackend):
+                raise GitopsGpuError(
+                    f"--pull-requests needs a forge status backend, not {self.backend.name}",
+                    fix="pass --status-backend github:..., gitea:... or gitlab:...",
+                )
+            self.pulls = PullRequestChecker(
+                self.backend,
+                self.source,
+                self.checked,
+                self.record,
+                cfg.branch,
+                self.nodes.items,
+                lambda: self.clock(),  # noqa: PLW0108
+            )
         self._wake = threading.Event()
         # The fence (leader election's holds()); always True without leader election.
         self.may_write: Callable[[], bool] = lambda: True
@@ -373,6 +393,8 @@ class Controller:
             self.executor.hold_upgrades(actions, stages, snap)
         if smoking and not paused and not held:
             self.executor.finish_smoke_tests(actions)
+        if self.pulls is not None and self.may_write():  # the leader's, like every write
+            self.pulls.step()
 
     def _analysis(
         self,

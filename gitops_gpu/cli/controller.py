@@ -125,6 +125,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--prometheus-url",
         help="base URL of the Prometheus gate.metrics queries go to (e.g. http://127.0.0.1:9090)",
     )
+    p.add_argument(
+        "--pull-requests",
+        action="store_true",
+        help="check open pull requests against --branch on the status backend's forge: "
+        "gitops-gpu/preflight on each head and one comment with the plan (no CI job needed)",
+    )
     options.crds(p, "the cluster's own, refreshed every 10 minutes")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
     verify_args.add_arguments(p)
@@ -154,6 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         smoke_namespace=args.smoke_namespace,
         prometheus_url=args.prometheus_url,
         node_wait_alert_after=args.node_wait_alert_after,
+        pull_requests=args.pull_requests,
     )
     metrics, probes = Metrics(), Probes(stall_after=max(600.0, 10 * args.interval))
     metrics.watch_api_requests(client.requests)

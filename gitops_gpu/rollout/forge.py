@@ -14,6 +14,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import peer_limits, timefmt
@@ -84,6 +85,24 @@ class Dialect(abc.ABC):
     def comment_path(self, number: int, comment_id: int) -> str:
         return f"{self.repo_path}/issues/comments/{comment_id}"
 
+    def pulls_path(self) -> str:
+        return f"{self.repo_path}/pulls"
+
+    def pulls_query(self, branch: str) -> Query:
+        return {**self.first_query(), "state": "open"}
+
+    def parse_pull(self, item: Item, branch: str) -> PullRequest | None:
+        """An open pull request against ``branch``, or None (another base, a bad item)."""
+        head, base = item.get("head"), item.get("base")
+        if not isinstance(head, dict) or not isinstance(base, dict):
+            return None
+        if base.get("ref") != branch or not isinstance(item.get("number"), int):
+            return None
+        number = int(item["number"])
+        # The merge base when the forge says it (Gitea), else the base's tip (GitHub).
+        against = str(item.get("merge_base") or base.get("sha") or "")
+        return PullRequest(number, str(head.get("sha") or ""), against, f"refs/pull/{number}/head")
+
     @abc.abstractmethod
     def first_query(self) -> Query: ...
 
@@ -140,6 +159,18 @@ class Dialect(abc.ABC):
         if url or self.always_target_url:
             body["target_url"] = url
         return body
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int  # GitLab: the merge request's iid
+    head: str  # the head commit
+    base: str  # the commit of the tracked branch it is compared with
+    ref: str  # the head's ref on the forge, to fetch it ("refs/pull/7/head")
+
+
+def check_sha_or_none(sha: str) -> bool:
+    return len(sha) == 40 and all(c in "0123456789abcdef" for c in sha)
 
 
 class ForgeBackend(StatusBackend):
@@ -209,6 +240,23 @@ class ForgeBackend(StatusBackend):
             raise self.dialect.explain(exc, sha, posting=True) from None
         self._last.pop(sha, None)
         return True
+
+    def open_pulls(self, branch: str) -> list[PullRequest]:
+        """Open pull requests against ``branch`` (at most MAX_PAGES pages of them)."""
+        found: dict[int, PullRequest] = {}
+        url: str = self.dialect.pulls_path()
+        query: Query | None = self.dialect.pulls_query(branch)
+        for _ in range(MAX_PAGES):
+            reply = self._client.request("GET", url, query=query)
+            for item in reply.data if isinstance(reply.data, list) else ():
+                pr = self.dialect.parse_pull(item, branch) if isinstance(item, dict) else None
+                if pr is not None and check_sha_or_none(pr.head) and check_sha_or_none(pr.base):
+                    found.setdefault(pr.number, pr)
+            following = self.dialect.next_page(reply, url, query, len(found))
+            if following is None:
+                break
+            url, query = following
+        return [found[n] for n in sorted(found)]
 
     def upsert_comment(self, number: int, body: str) -> str:
         """Keep ONE gitops-gpu comment on pull request ``number``: edit the one carrying the

@@ -22,7 +22,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
-from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Item, Query
+from gitops_gpu.rollout.forge import Dialect, ForgeBackend, Item, PullRequest, Query
 from gitops_gpu.rollout.httpclient import HttpClient, Response, Retry
 from gitops_gpu.rollout.status import ERROR, FAILURE, PENDING, SUCCESS, CommitStatus
 
@@ -55,6 +55,20 @@ class GitLab(Dialect):
         return {"PRIVATE-TOKEN": token, "Accept": "application/json"}
 
     edit_method = "PUT"
+
+    def pulls_path(self) -> str:
+        return f"{self.repo_path}/merge_requests"
+
+    def pulls_query(self, branch: str) -> Query:
+        return {**self.first_query(), "state": "opened", "target_branch": branch}
+
+    def parse_pull(self, item: Item, branch: str) -> PullRequest | None:
+        refs = item.get("diff_refs")
+        if item.get("target_branch") != branch or not isinstance(item.get("iid"), int):
+            return None
+        base = str(refs.get("base_sha") or "") if isinstance(refs, dict) else ""
+        iid = int(item["iid"])
+        return PullRequest(iid, str(item.get("sha") or ""), base, f"refs/merge-requests/{iid}/head")
 
     def comments_path(self, number: int) -> str:
         return f"{self.repo_path}/merge_requests/{number}/notes"

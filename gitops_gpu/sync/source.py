@@ -341,6 +341,19 @@ class GitSource:
             *tags,
         )
 
+    def fetch_ref(self, ref: str, sha: str) -> None:
+        """Fetch one more ref of the remote (a pull request's head, ``refs/pull/7/head``) into
+        the mirror under ``refs/gitops-gpu/``, outside the branch's history; SourceError
+        unless it brought ``sha``."""
+        local = "refs/gitops-gpu/" + ref.removeprefix("refs/")
+        with self._lock:
+            self._git("fetch", "--force", "--no-tags", self.url, f"+{ref}:{local}")
+        if self.resolve(sha) != sha:
+            raise SourceError(
+                f"{ref} of {_redact(self.url, self._secret)} is not {sha[:12]} (pushed again?)",
+                fix="retried on the next look at the pull requests",
+            )
+
     def poll(self) -> PollResult:
         """ls-remote; fetch only when the head moved; detect rewritten history."""
         with self._lock:
