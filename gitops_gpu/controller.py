@@ -394,7 +394,7 @@ class Controller:
         if smoking and not paused and not held:
             self.executor.finish_smoke_tests(actions)
         if self.pulls is not None and self.may_write():  # the leader's, like every write
-            self.pulls.step()
+            self.pulls.step(statuses)
 
     def _analysis(
         self,

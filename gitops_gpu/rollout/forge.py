@@ -103,6 +103,14 @@ class Dialect(abc.ABC):
         against = str(item.get("merge_base") or base.get("sha") or "")
         return PullRequest(number, str(head.get("sha") or ""), against, f"refs/pull/{number}/head")
 
+    def pull_path(self, number: int) -> str:
+        return f"{self.repo_path}/pulls/{number}"
+
+    def merge_commit(self, item: Item) -> str | None:
+        """The commit a merged pull request landed as on the branch; None: not merged."""
+        sha = item.get("merge_commit_sha")
+        return str(sha) if item.get("merged") and sha else None
+
     @abc.abstractmethod
     def first_query(self) -> Query: ...
 
@@ -257,6 +265,12 @@ class ForgeBackend(StatusBackend):
                 break
             url, query = following
         return [found[n] for n in sorted(found)]
+
+    def merged_as(self, number: int) -> str | None:
+        """The merge commit of pull request ``number`` (None while open or when closed
+        without merging)."""
+        reply = self._client.request("GET", self.dialect.pull_path(number))
+        return self.dialect.merge_commit(reply.data) if isinstance(reply.data, dict) else None
 
     def upsert_comment(self, number: int, body: str) -> str:
         """Keep ONE gitops-gpu comment on pull request ``number``: edit the one carrying the

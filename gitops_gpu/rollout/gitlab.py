@@ -62,6 +62,13 @@ class GitLab(Dialect):
     def pulls_query(self, branch: str) -> Query:
         return {**self.first_query(), "state": "opened", "target_branch": branch}
 
+    def pull_path(self, number: int) -> str:
+        return f"{self.repo_path}/merge_requests/{number}"
+
+    def merge_commit(self, item: Item) -> str | None:
+        sha = item.get("merge_commit_sha") or item.get("squash_commit_sha")
+        return str(sha) if item.get("state") == "merged" and sha else None
+
     def parse_pull(self, item: Item, branch: str) -> PullRequest | None:
         refs = item.get("diff_refs")
         if item.get("target_branch") != branch or not isinstance(item.get("iid"), int):

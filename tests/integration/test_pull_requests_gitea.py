@@ -106,5 +106,17 @@ def test_open_pull_requests_get_preflight_and_one_comment_from_the_controller(
         assert [c["id"] for c in _ours(forge, number)] == [comment["id"]]
         moved_verdict = record.latest(moved, PREFLIGHT_CONTEXT)
         assert moved_verdict is not None and moved_verdict.state == "success"
+
+        # Merged: the same comment follows the merge commit through the stages.
+        code, merged = forge.merge_pull(number)
+        assert code == 200, merged
+        pull = forge.api("GET", f"/repos/{forge.repo}/pulls/{number}")
+        merge = str(pull["merge_commit_sha"])
+        want = f"**merged as `{merge[:12]}`: canary pending (rolling out"
+        deadline = time.monotonic() + 120
+        while want not in str(_ours(forge, number)[0]["body"]):
+            assert time.monotonic() < deadline, _ours(forge, number)[0]["body"]
+            ctl.run_pass()
+        assert [c["id"] for c in _ours(forge, number)] == [comment["id"]]
     finally:
         ctl.stop_informers()
