@@ -47,7 +47,7 @@ class Gitea(Dialect):
         if total.isdigit() and seen >= int(total):
             return None
         page = int((query or {}).get("page", 1)) + 1
-        return url, {"page": page, "limit": self.per_page}
+        return url, {**(query or {}), "page": page, "limit": self.per_page}  # state=open kept
 
     def team_member(self, client: HttpClient, team: str, user: str) -> bool:
         org, _, name = team.partition("/")

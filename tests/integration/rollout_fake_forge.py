@@ -67,6 +67,8 @@ class FakeForge:
         self.jobs: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses in creation order
         # pull request (GitLab: merge request iid) -> its comments (GitLab: notes), in order
         self.comments: dict[int, list[dict[str, Any]]] = {}
+        # pull requests (GitLab: merge requests) as each forge's API shows them
+        self.pulls: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.requests: list[tuple[str, str]] = []
         self.fail: list[int] = []
@@ -163,6 +165,8 @@ class FakeForge:
             found = self._comment(method, path, repo, params, body)
             if found is not None:
                 return found
+            if method == "GET" and (found := self._pull(path, repo, params)) is not None:
+                return found
             if method == "POST" and (m := re.fullmatch(write, path)):
                 if not self._has(m.group(1)):
                     # Real Gitea: an internal error, not a 404 or 422.
@@ -228,6 +232,55 @@ class FakeForge:
                     if item["id"] == wanted:
                         item["body"] = json.loads(body)["body"]
                         return 200, {}, item
+            return 404, {}, {"message": "Not Found"}
+        return None
+
+    def add_pull(self, number: int, head: str, base: str, target: str = "main") -> None:
+        """An open pull request from ``head`` onto ``target`` (merge base ``base``)."""
+        if self.kind == "gitlab":
+            item = {
+                "iid": number,
+                "state": "opened",
+                "sha": head,
+                "target_branch": target,
+                "diff_refs": {"base_sha": base, "head_sha": head},
+            }
+        else:
+            item = {
+                "number": number,
+                "state": "open",
+                "merged": False,
+                "head": {"sha": head, "ref": f"topic-{number}"},
+                "base": {"sha": base, "ref": target},
+            }
+        self.pulls.append(item)
+
+    def merge_pull(self, number: int, sha: str) -> None:
+        for item in self.pulls:
+            if item.get("iid", item.get("number")) == number:
+                if self.kind == "gitlab":
+                    item.update(state="merged", merge_commit_sha=sha)
+                else:
+                    item.update(state="closed", merged=True, merge_commit_sha=sha)
+
+    def _pull(
+        self, path: str, repo: str, params: dict[str, str]
+    ) -> tuple[int, dict[str, str], Any] | None:
+        many = f"{repo}/merge_requests" if self.kind == "gitlab" else f"{repo}/pulls"
+        key = "iid" if self.kind == "gitlab" else "number"
+        if path == many:
+            wanted = {"gitlab": "opened"}.get(self.kind, "open")
+            if params.get("state") != wanted:
+                self.errors.append(f"pull listing without state={wanted}")
+            shown = [p for p in self.pulls if p["state"] == wanted]
+            if self.kind == "gitlab" and "target_branch" in params:
+                shown = [p for p in shown if p["target_branch"] == params["target_branch"]]
+            headers, chunk = self._paged(shown, params, path)
+            return 200, headers, chunk
+        if m := re.fullmatch(rf"{many}/(\d+)", path):
+            for item in self.pulls:
+                if item[key] == int(m.group(1)):
+                    return 200, {}, item
             return 404, {}, {"message": "Not Found"}
         return None
 

@@ -320,3 +320,20 @@ def test_one_pull_request_comment_found_by_its_marker_and_edited_in_place(
     assert bodies == ["review 1", "review 2", "review 3", f"{pr_comment.MARKER}\nplan v2"]
     edit = "PUT" if forge.kind == "gitlab" else "PATCH"
     assert sum(1 for method, _ in forge.requests if method == edit) == 1
+
+
+def test_open_pull_requests_against_the_branch_and_their_merge_commit(forge: FakeForge) -> None:
+    backend = client(forge.kind, forge.url)
+    assert isinstance(backend, ForgeBackend)
+    head, other, base, merge = "1" * 40, "2" * 40, "3" * 40, "4" * 40
+    for number in (5, 6, 7):  # three: more than one page of two
+        forge.add_pull(number, head, base)
+    forge.add_pull(9, other, base, target="release")  # against another branch: not ours
+    pulls = backend.open_pulls("main")
+    assert [(p.number, p.head, p.base) for p in pulls] == [(n, head, base) for n in (5, 6, 7)]
+    ref = "refs/merge-requests/5/head" if forge.kind == "gitlab" else "refs/pull/5/head"
+    assert pulls[0].ref == ref
+    assert backend.merged_as(5) is None  # still open
+    forge.merge_pull(5, merge)
+    assert backend.merged_as(5) == merge
+    assert [p.number for p in backend.open_pulls("main")] == [6, 7]
