@@ -2,10 +2,12 @@
 
 A local control plane with fake GPU nodes and the simulator, Gitea on 127.0.0.1 holding the
 fleet repo, and the controller reading it over HTTP (its record: Gitea commit statuses; woken by
-Gitea's signed push webhook). The story: a bad pull request is checked, its
-gitops-gpu/preflight status fails and branch protection refuses to merge it; a driver bump is
-checked, passes, merges, and the webhook wakes the controller, which rolls the merged commit out
-canary first, writing each stage's status on it in Gitea. It ends with the commands a person can
+Gitea's signed push webhook). The story: a bad pull request is checked as a CI job would
+(`check --post-status`), its gitops-gpu/preflight status fails and branch protection refuses to
+merge it; a driver bump is checked by the controller itself (`--pull-requests`): it posts
+gitops-gpu/preflight and one comment saying what the change will do to nodes; it merges, and the
+webhook wakes the controller, which rolls the merged commit out canary first, writing each
+stage's status on it in Gitea (and following it in the comment). It ends with the commands a person can
 run to look.
 """
 
@@ -29,6 +31,7 @@ from gitops_gpu import names
 from gitops_gpu.controller import Config, Controller
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
+from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes
 from gitops_gpu_dev import paths
@@ -83,6 +86,13 @@ def _check(work: Path, forge: gitea.Forge) -> tuple[int, str]:
     )
     lines = out.stderr.strip().splitlines()
     return out.returncode, lines[-1] if lines else ""
+
+
+def _plan_comment(forge: gitea.Forge, number: int) -> str:
+    """The controller's comment on the pull request ("" until it is there)."""
+    found = forge.api("GET", f"/repos/{forge.repo}/issues/{number}/comments")
+    bodies = [str(c["body"]) for c in found or [] if pr_comment.MARKER in str(c["body"])]
+    return bodies[0] if bodies else ""
 
 
 class _Story:
@@ -183,9 +193,12 @@ def run(
                 interval=30.0,
                 status_backend=forge.status_backend,
                 status_token_file=forge.token_file,
+                pull_requests=True,  # it checks pull requests itself: PR 2 below
             ),
             tb.client,
         )
+        if ctl.pulls is not None:
+            ctl.pulls.poll_seconds = 2.0  # the demo does not wait 30s for the next look
         secret = secrets.token_hex(24)
         (forge.work / "webhook-secret").write_text(secret + "\n")
         server = ControllerServer(
@@ -229,11 +242,15 @@ def run(
         def bump(doc: Any) -> None:
             doc["spec"]["driver"]["version"] = "580.142.01"
 
-        say("\n== pull request 2: driver 580.126.20 -> 580.142.01")
+        say("\n== pull request 2: driver 580.126.20 -> 580.142.01, checked by the controller")
         good = story.branch("driver-580.142.01", "base/clusterpolicy.yaml", bump, "driver bump")
         good_pr = forge.open_pull("driver-580.142.01", "driver: 580.142.01")
-        code, posted = _check(work, forge)
-        say(f"   gitops-gpu check --base origin/main --post-status -> exit {code}; {posted}")
+        commented = story.wait(good, [], lambda: bool(_plan_comment(forge, good_pr)), 60, tick=True)
+        verdict = story.state(good, PREFLIGHT_CONTEXT)
+        say(f"   controller --pull-requests: {PREFLIGHT_CONTEXT} {verdict}, and its comment:")
+        for line in _plan_comment(forge, good_pr).splitlines()[1:6]:
+            say(f"   | {line}")
+        code = 0 if commented else 1
         hooks_before = server.webhooks
         merge_code, answer = forge.merge_pull(good_pr)
         merged = str(forge.api("GET", f"/repos/{forge.repo}/pulls/{good_pr}")["merge_commit_sha"])
