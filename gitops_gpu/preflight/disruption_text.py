@@ -76,8 +76,43 @@ def _workloads(items: tuple[Holder, ...]) -> list[str]:
     return lines
 
 
-def _pool_lines(p: PoolDisruption) -> list[str]:
-    head = f"  pool {p.pool}{_nodes(p)}"
+def _same(p: PoolDisruption) -> tuple[object, ...] | None:
+    """What pools share to be said once; None: said on its own (it has workloads to name)."""
+    if p.workloads:
+        return None
+    return tuple((e.kind, e.text, e.cause, e.batch) for e in p.effects)
+
+
+def _grouped(pools: tuple[PoolDisruption, ...]) -> list[tuple[PoolDisruption, list[str]]]:
+    """Pools with the same effects, said once (a 125-pool bump reads as one line per kind of
+    pool, not 125 blocks): (the first, every name)."""
+    out: list[tuple[PoolDisruption, list[str]]] = []
+    index: dict[tuple[object, ...], int] = {}
+    for p in pools:
+        key = _same(p)
+        if key is not None and key in index:
+            out[index[key]][1].append(p.pool)
+            continue
+        if key is not None:
+            index[key] = len(out)
+        out.append((p, [p.pool]))
+    return out
+
+
+def _group_head(first: PoolDisruption, names: list[str], all_: tuple[PoolDisruption, ...]) -> str:
+    if len(names) == 1:
+        return f"  pool {first.pool}{_nodes(first)}"
+    shown = ", ".join(names[:SHOWN_NODES])
+    more = f" +{len(names) - SHOWN_NODES}" if len(names) > SHOWN_NODES else ""
+    members = [p for p in all_ if p.pool in set(names)]
+    counted = ""
+    if all(p.nodes is not None for p in members):
+        counted = f", {sum(len(p.nodes or ()) for p in members)} nodes"
+    return f"  {len(names)} pools ({shown}{more}{counted})"
+
+
+def _pool_lines(p: PoolDisruption, head: str = "") -> list[str]:
+    head = head or f"  pool {p.pool}{_nodes(p)}"
     if not p.disrupts:
         reasons = "; ".join(e.text for e in p.effects)
         return [f"{head}: no disruption" + (f" ({reasons})" if reasons else "")]
@@ -108,8 +143,8 @@ def disruption_text(d: Disruption) -> str:
         extra = [f"~{age(stage.estimate_seconds)}"] if stage.estimate_seconds else []
         extra += list(stage.waits)
         lines.append(f"stage {stage.stage}" + (f" ({'; '.join(extra)})" if extra else "") + ":")
-        for p in stage.pools:
-            lines.extend(_pool_lines(p))
+        for first, names in _grouped(stage.pools):
+            lines.extend(_pool_lines(first, _group_head(first, names, stage.pools)))
     for p in d.removed:
         lines.append(f"removed pool {p.pool}:")
         lines.extend(_pool_lines(p)[1:] if p.disrupts else ["  no disruption"])

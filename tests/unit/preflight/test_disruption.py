@@ -13,7 +13,15 @@ from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
 from gitops_gpu.preflight import disruption_rules as rules
-from gitops_gpu.preflight.disruption import Disruption, Inventory, inventory, make_disruption
+from gitops_gpu.preflight.disruption import (
+    Disruption,
+    Effect,
+    Inventory,
+    PoolDisruption,
+    StageDisruption,
+    inventory,
+    make_disruption,
+)
 from gitops_gpu.preflight.disruption_text import NONE, disruption_json, disruption_text, summary
 from gitops_gpu.preflight.plan import make_plan
 
@@ -258,3 +266,16 @@ def test_upgrade_policy_defaults_follow_the_operator() -> None:
     given = rules.UpgradePolicy.of({"spec": {"upgradePolicy": {"maxUnavailable": 3}}})
     # given at all, Go's zero values: autoUpgrade false, maxParallelUpgrades 0 (no limit)
     assert not given.auto and given.max_parallel == 0 and given.max_unavailable == 3
+
+
+def test_pools_with_the_same_effects_are_said_once_per_stage() -> None:
+    same = (Effect("operand-restart", "operand pods restarted: container-toolkit", batch=1),)
+    pools = tuple(
+        PoolDisruption(f"p{i}", "default", same, nodes=(f"p{i}-0", f"p{i}-1")) for i in range(7)
+    )
+    odd = PoolDisruption("q", "default", (Effect("mig-reconfig", "MIG x", stops_gpu_pods=True),))
+    d = Disruption("a", "b", (StageDisruption("fleet", (*pools, odd)),))
+    text = disruption_text(d)
+    assert "  7 pools (p0, p1, p2, p3, p4 +2, 14 nodes):" in text
+    assert text.count("operand pods restarted: container-toolkit") == 1
+    assert "  pool q:" in text and "MIG x" in text
