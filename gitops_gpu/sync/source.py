@@ -78,10 +78,11 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
 
 def absolute_local(url: str) -> str:
     """A local repo path as an absolute one (git runs in the cache, where "." is not the
-    user's repo); URLs and scp-like ``host:path`` remotes are unchanged."""
+    user's repo); URLs and scp-like ``host:path`` remotes are unchanged. Symlinks are kept as
+    given: the path names the mirror, and must name the same one when its target is gone."""
     if "://" in url or re.match(r"^[^/]+:", url) or not Path(url).exists():
         return url
-    return str(Path(url).resolve())
+    return os.path.abspath(url)
 
 
 def authorization(url: str) -> tuple[str | None, str | None]:

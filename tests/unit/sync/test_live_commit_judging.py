@@ -64,6 +64,10 @@ def test_a_local_path_is_made_absolute_and_urls_are_left_alone(
     assert absolute_local("fleet") == str(checkout)
     for url in ("https://git.example/fleet.git", "git@github.com:org/fleet.git", "no-such-dir"):
         assert absolute_local(url) == url
+    link = checkout.parent / "link"
+    link.symlink_to(checkout)
+    assert absolute_local("link") == str(link)  # the link, not its target: the same mirror
+    link.unlink()
 
 
 def test_repo_dot_reads_the_checkout_from_its_own_directory(
