@@ -7,8 +7,8 @@ Gitea's signed push webhook). The story: a bad pull request is checked as a CI j
 merge it; a driver bump is checked by the controller itself (`--pull-requests`): it posts
 gitops-gpu/preflight and one comment saying what the change will do to nodes; it merges, and the
 webhook wakes the controller, which rolls the merged commit out canary first, writing each
-stage's status on it in Gitea (and following it in the comment). It ends with the commands a person can
-run to look.
+stage's status on it in Gitea (and following it in the comment). It ends with the commands a
+person can run to look.
 """
 
 from __future__ import annotations
@@ -167,6 +167,7 @@ def run(
     )
     stop = threading.Event()
     threads: list[threading.Thread] = []
+    controllers: list[Controller] = []
     server: ControllerServer | None = None
     sim_ = simulator.Simulator(
         tb.client, tick=0.2, report_fn=snapshot_report, plays_operator=operator_mode == "sim"
@@ -197,6 +198,7 @@ def run(
             ),
             tb.client,
         )
+        controllers.append(ctl)
         if ctl.pulls is not None:
             ctl.pulls.poll_seconds = 2.0  # the demo does not wait 30s for the next look
         secret = secrets.token_hex(24)
@@ -314,6 +316,8 @@ def run(
         return 0 if ok else 1
     finally:
         stop.set()
+        for ctl_ in controllers:
+            ctl_.trigger()  # out of its 30s wait now: it must stop before the control plane
         for th in threads:
             th.join(timeout=30)
         if server is not None:

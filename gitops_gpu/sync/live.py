@@ -244,6 +244,8 @@ class Informer:
                         return
                     rv = self._apply_event(event, rv)
             except KubeError as exc:
+                if self._stop.is_set():
+                    return  # stopped while the watch was open: its end is ours, not news
                 log.warning("%s watch failed, re-listing: %s", self.kind, exc)
                 rv = ""
                 time.sleep(1)

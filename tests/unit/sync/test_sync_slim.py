@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 from gitops_gpu import kube, names
 from gitops_gpu.components import evidence
+from gitops_gpu.errors import KubeError
 from gitops_gpu.sync import operands, slim
 from gitops_gpu.sync.live import Informer, node_ready
 
@@ -279,3 +284,27 @@ def test_a_managed_object_list_keeps_who_wrote_when_but_not_the_field_sets() -> 
     assert operands.applied_at(item, "gitops-gpu") == operands.applied_at(
         listing["items"][0], "gitops-gpu"
     )
+
+
+class _EndingWatch(_Lister):
+    """LISTs, then a watch that the informer is stopped during, and that then breaks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stop: Callable[[], None] = lambda: None
+
+    def watch(self, *_: Any, **__: Any) -> Iterator[dict[str, Any]]:
+        self.stop()  # the controller shuts down while the watch is open ...
+        raise KubeError("WATCH /api/v1/nodes: stream ended: connection closed mid-stream", fix="")
+        yield {}  # ... and its control plane goes away
+
+
+def test_a_watch_that_ends_after_the_informer_stopped_says_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = _EndingWatch()
+    inf = Informer(cast(kube.Client, client), "v1", "Node")
+    client.stop = inf.stop
+    with caplog.at_level(logging.WARNING):
+        inf._run()  # returns: stopped, not re-listing forever
+    assert "watch failed" not in caplog.text
