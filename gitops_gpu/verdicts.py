@@ -24,7 +24,7 @@ from gitops_gpu.ledger import Ledger
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.preflight import crd_source, run_preflight
 from gitops_gpu.preflight.findings import Finding
-from gitops_gpu.sync.source import GitSource
+from gitops_gpu.sync.source import GitSource, NotFetchedError
 
 if TYPE_CHECKING:
     from gitops_gpu.controller import Config
@@ -92,6 +92,12 @@ class Verdicts:
             verdict = CommitVerdict(False, first_line(f"{exc.file}: {exc.args[0]}"), None)
             self.cache[sha] = verdict
             return verdict
+        except NotFetchedError as exc:
+            # A live object's commit newer than our last fetch (another writer's apply): the
+            # next pass fetches it. Not a fault, so no warning (unlike an unreachable remote).
+            self.metrics.unjudged.inc()
+            log.info("commit %s judged once fetched: %s", sha[:12], exc.args[0])
+            return None
         except (GitopsGpuError, OSError) as exc:
             self.metrics.unjudged.inc()
             log.warning("commit %s left unjudged until the next pass: %s", sha[:12], exc)

@@ -76,6 +76,10 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(password) or None
 
 
+class NotFetchedError(SourceError):
+    """A commit the mirror does not have (yet): pushed after the last fetch, or elsewhere."""
+
+
 def absolute_local(url: str) -> str:
     """A local repo path as an absolute one (git runs in the cache, where "." is not the
     user's repo); URLs and scp-like ``host:path`` remotes are unchanged. Symlinks are kept as
@@ -425,8 +429,8 @@ class GitSource:
             result = export.export_commit(self.mirror_dir, sha, tmp)
         except SourceError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise SourceError(
-                f"commit {sha[:12]} is not in the fetched history: {exc}",
+            raise NotFetchedError(
+                f"commit {sha[:12]} is not in the fetched history: {exc.args[0]}",
                 fix="fetch first (poll) or pass a commit of the tracked branch",
             ) from None
         except BaseException:

@@ -12,7 +12,7 @@ import pytest
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.sync import gitproc
-from gitops_gpu.sync.source import GitSource
+from gitops_gpu.sync.source import GitSource, NotFetchedError
 from gitops_gpu_dev.testbed.githttp import GitHTTP
 
 
@@ -118,6 +118,23 @@ def test_checkout_is_the_exact_tree_of_the_commit(
     assert not (old_dir / "b.yaml").exists()
     new_dir = src.checkout(src.resolve("refs/remotes/origin/main"))
     assert (new_dir / "b.yaml").read_text() == "new\n"
+
+
+def test_a_commit_pushed_after_the_fetch_is_not_fetched_yet_said_once(
+    remote: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bare, work = remote
+    src = GitSource(str(bare), tmp_path / "cache")
+    src.poll()
+    (work / "a.yaml").write_text("later\n")
+    git(work, "commit", "-qam", "later")
+    git(work, "push", "-q", "origin", "main")
+    later = git(work, "rev-parse", "HEAD")
+    with pytest.raises(NotFetchedError) as caught:
+        src.checkout(later)  # another writer applied it before our next poll
+    assert str(caught.value).count("fix:") == 1, str(caught.value)
+    src.poll()
+    assert (src.checkout(later) / "a.yaml").read_text() == "later\n"
 
 
 def test_checkout_writes_only_fleet_files_and_never_a_symlink(
