@@ -53,7 +53,8 @@ def _nodes(p: PoolDisruption) -> str:
         return ""
     shown = ", ".join(p.nodes[:SHOWN_NODES])
     more = f" +{len(p.nodes) - SHOWN_NODES}" if len(p.nodes) > SHOWN_NODES else ""
-    return f" ({len(p.nodes)} nodes{': ' + shown + more if p.nodes else ''})"
+    word = "node" if len(p.nodes) == 1 else "nodes"
+    return f" ({len(p.nodes)} {word}{': ' + shown + more if p.nodes else ''})"
 
 
 def _workloads(items: tuple[Holder, ...]) -> list[str]:

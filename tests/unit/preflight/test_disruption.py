@@ -236,6 +236,7 @@ def test_with_the_cluster_it_names_nodes_gpu_workloads_and_blocking_budgets(repo
     assert d.stages[1].waits == ("waits for an approval", "soaks 30m")
     text = disruption_text(d)
     assert "pool b (3 nodes: b-0, b-1, b-2):" in text
+    assert "pool a (1 node: a-0):" in text  # one node, said as one
     assert "GPU workloads there now: 2 pods (ml: 2)" in text
     assert "blocked: pod ml/train-0 (Job, PDB train-pdb allows 0)" in text
     assert summary(d).startswith("cordons 4 nodes, stops GPU pods on 4 nodes")
