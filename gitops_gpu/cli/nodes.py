@@ -123,7 +123,10 @@ def _nodes(args: argparse.Namespace) -> int:
         client = kube.Client.from_kubeconfig(args.kubeconfig, context=context)
         try:
             mine = [(ctx, t) for ctx, t in selected if ctx == context]
-            drivers = {t.name: client.get(*names.NVIDIA_DRIVER_API, t.name) for _, t in mine}
+            # One LIST, not a GET per pool (a pool's NVIDIADriver is named after it).
+            listed = client.list(*names.NVIDIA_DRIVER_API).get("items") or []
+            by_name = {str(d["metadata"]["name"]): d for d in listed}
+            drivers = {t.name: by_name.get(t.name) for _, t in mine}
             live = {p: _live_commit(d) for p, d in drivers.items()}
             since = {p: adopted_at(d) if d else None for p, d in drivers.items()}
             judged, said = at_live_commits(args, src, sha, mine, live)
