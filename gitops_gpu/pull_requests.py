@@ -94,8 +94,8 @@ def comment(
         impact = make_disruption(plan, base.compiled, head.compiled, inv)
         lines.append(f"**{summary(impact)}**")
         lines.append(f"compared with {pr.base[:12]}, the merge base on the tracked branch")
-        details.append(("Plan: objects and fields", plan_text(plan)))
-        details.append(("Disruption: nodes and workloads", disruption_text(impact)))
+        details.append((pr_comment.PLAN_TITLE, plan_text(plan)))
+        details.append((pr_comment.DISRUPTION_TITLE, disruption_text(impact)))
     elif head.compiled is not None:
         lines.append(f"no plan: the merge base {pr.base[:12]} could not be compiled")
     return pr_comment.render(pr.head, verdict, lines, details, limit)

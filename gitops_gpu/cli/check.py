@@ -188,9 +188,9 @@ def comment_body(result: PreflightResult, head: str, limit: int) -> str:
         lines.insert(0, f"**{disruption_summary(result.disruption)}**")
     details = [(f"Findings ({len(result.findings)})", render_text(result.findings))]
     if result.plan is not None:
-        details.append(("Plan: objects and fields", plan_text(result.plan)))
+        details.append((pr_comment.PLAN_TITLE, plan_text(result.plan)))
     if result.disruption is not None:
-        details.append(("Disruption: nodes and workloads", disruption_text(result.disruption)))
+        details.append((pr_comment.DISRUPTION_TITLE, disruption_text(result.disruption)))
     return pr_comment.render(head, verdict, lines, details, limit)
 
 

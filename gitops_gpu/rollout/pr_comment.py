@@ -51,6 +51,10 @@ def render(
         sections[longest] = [title, kept + CUT.format(lines=dropped) if kept else ""]
 
 
+PLAN_TITLE = "Plan: objects and fields"
+DISRUPTION_TITLE = "Disruption: nodes and workloads"
+
+
 def ours(comments: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The comment gitops-gpu keeps on the PR: the first carrying the marker."""
     return next((c for c in comments if MARKER in str(c.get("body") or "")), None)
