@@ -12,12 +12,12 @@ from gitops_gpu_dev import paths
 from gitops_gpu_dev.testbed import (
     build,
     controlplane,
-    device_plugin,
     operator,
     operator_build,
     prometheus,
     session,
     simulator,
+    smoke_fault,
 )
 from gitops_gpu_dev.testbed import gitea as forge
 from gitops_gpu_dev.testbed import operator_sim as sim
@@ -212,6 +212,6 @@ def _fault(args: argparse.Namespace) -> int:
     value = None if args.clear else args.fault
     client = _client(args.dir)
     client.patch("v1", "Node", args.node, {"metadata": {"annotations": {sim.FAULT_ANN: value}}})
-    device_plugin.apply_fault(client, args.node, value)
+    smoke_fault.apply_fault(client, args.node, value)
     print(f"{args.node}: fault {'cleared' if value is None else value}")
     return 0

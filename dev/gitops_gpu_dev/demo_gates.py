@@ -6,8 +6,8 @@ fleet-repo-example gets a smoke test (``nvidia-smi`` on one GPU per node) and an
 
 1. the fleet rolls out: canary converges, its smoke Jobs run and pass, it soaks with the metric
    judged, and passes;
-2. a GPU health checker taints one canary node (fault ``smoke-fail``): the ladder sees nothing,
-   but the next commit's smoke pod cannot be scheduled there and the canary fails on it;
+2. one canary node's GPU fails a CUDA check (fault ``smoke-fail``): the ladder sees nothing,
+   but the next commit's smoke pod there exits 1 and the canary fails on it;
 3. an application Xid on a canary node (fault ``xid13``, which only DCGM reports): the next
    commit's canary fails on the metric, "metric xid: 13 > max 0".
 
@@ -27,7 +27,7 @@ from gitops_gpu.controller import Config, Controller
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev import paths
 from gitops_gpu_dev.demo import DemoRepo, Show, _state, _wait
-from gitops_gpu_dev.testbed import device_plugin, operator, prometheus, session, simulator
+from gitops_gpu_dev.testbed import operator, prometheus, session, simulator, smoke_fault
 from gitops_gpu_dev.testbed import operator_sim as sim
 from gitops_gpu_dev.testbed.reports import snapshot_report
 
@@ -53,7 +53,7 @@ def _gates(canary_soak: str) -> Callable[[dict[str, Any]], None]:
 def _fault(tb: session.Testbed, node: str, fault: str | None) -> None:
     """What `gitops-gpu testbed fault NODE FAULT` does."""
     tb.client.patch("v1", "Node", node, {"metadata": {"annotations": {sim.FAULT_ANN: fault}}})
-    device_plugin.apply_fault(tb.client, node, fault)
+    smoke_fault.apply_fault(tb.client, node, fault)
 
 
 def run(
@@ -109,8 +109,8 @@ def run(
         ok = _wait(show, first, lambda: _state(show, first, "canary") == "success", 180)
         history(first)
 
-        say(f"\n== a GPU health checker taints {canary[0]} (testbed fault {canary[0]} smoke-fail)")
-        _fault(tb, canary[0], device_plugin.SMOKE_FAIL)
+        say(f"\n== {canary[0]}'s GPU fails a CUDA check (testbed fault {canary[0]} smoke-fail)")
+        _fault(tb, canary[0], smoke_fault.SMOKE_FAIL)
         repo.edit_yaml("fleet.yaml", _gates("6s"))
         smoke_bad = repo.commit("canary soak 6s")
         ctl.trigger()

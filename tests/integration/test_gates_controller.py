@@ -1,7 +1,8 @@
 """The controller's gate tests on the testbed: a canary smoke test as Jobs that KWOK runs, then
 metric analysis against a real Prometheus scraping the simulated DCGM exporters. A node whose
-device plugin advertises no GPU (fault smoke-fail) fails the next commit's smoke test; an
-application Xid (which the verification ladder ignores) fails the one after on the metric."""
+GPU health checker tainted fails the next commit's smoke test at its timeout with the scheduler's
+reason; a node whose GPU fails the test itself (fault smoke-fail: the pod exits 1) fails the one
+after; an application Xid (which the verification ladder ignores) fails the next on the metric."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.phases import read_mark
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.sync import smoke
-from gitops_gpu_dev.testbed import controlplane, device_plugin, nodes
+from gitops_gpu_dev.testbed import controlplane, nodes, smoke_fault
 from gitops_gpu_dev.testbed import prometheus as prom
 from gitops_gpu_dev.testbed.dcgm import DcgmExporters, kube_nodes
 from gitops_gpu_dev.testbed.operator_sim import FAULT_ANN
@@ -28,13 +29,14 @@ from gitops_gpu_dev.testbed.session import Testbed
 from gitops_gpu_dev.testbed.simulator import Simulator
 
 IMAGE = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+UNHEALTHY = {"key": "gpu-health.example/unhealthy", "value": "true", "effect": "NoSchedule"}
 XID = 'max(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$nodes"})'
 
 
 def fault(client: Any, node: str, value: str | None) -> None:
     """What `gitops-gpu testbed fault NODE VALUE` does."""
     client.patch("v1", "Node", node, {"metadata": {"annotations": {FAULT_ANN: value}}})
-    device_plugin.apply_fault(client, node, value)
+    smoke_fault.apply_fault(client, node, value)
 
 
 def gates(canary_soak: str) -> Callable[[Path], None]:
@@ -130,7 +132,7 @@ def test_smoke_test_then_metric_failure(
         # A GPU health checker taints the canary node: the ladder sees nothing, the smoke pod
         # cannot be scheduled and times out with the scheduler's reason.
         (node,) = [n for n in created if n.startswith("canary")]
-        fault(admin, node, "smoke-fail")
+        admin.patch("v1", "Node", node, {"spec": {"taints": [UNHEALTHY]}})
         second = fleet_remote.commit("a longer canary soak", gates("20s"))
         heads.append(second)
         run_until("canary to fail its smoke test", lambda: state(second) == "failure", 90)
@@ -148,6 +150,17 @@ def test_smoke_test_then_metric_failure(
         ]
         assert "1 node(s) had untolerat" in event["message"]
         assert event["type"] == "Warning"
+        admin.patch("v1", "Node", node, {"spec": {"taints": []}})
+
+        # The GPU fails the test itself: the pod runs on the schedulable node and exits 1.
+        fault(admin, node, "smoke-fail")
+        crashed = fleet_remote.commit("a still longer canary soak", gates("25s"))
+        heads.append(crashed)
+        run_until("canary to fail on the pod's exit", lambda: state(crashed) == "failure", 90)
+        failed = record.latest(crashed, canary)
+        assert failed is not None
+        head = f"canary: smoke test failed on 1/1 nodes: {node}: Error (exit code 1): GPU health"
+        assert failed.description.startswith(head), failed.description
         fault(admin, node, None)
 
         # An application Xid on the canary node: the ladder ignores it, the metric does not.

@@ -18,7 +18,7 @@ from prometheus_fixtures import need
 from gitops_gpu import kube
 from gitops_gpu.cli import main
 from gitops_gpu_dev import paths
-from gitops_gpu_dev.testbed import controlplane, device_plugin
+from gitops_gpu_dev.testbed import controlplane, kwok_stages
 
 pytestmark = pytest.mark.integration
 
@@ -68,10 +68,15 @@ def test_up_prometheus_fault_down(tmp_path: Path) -> None:
             "79",
         )
         assert main(["testbed", "fault", node, "smoke-fail", "--dir", str(d)]) == 0
-        taints = client.get("v1", "Node", node)["spec"]["taints"]  # type: ignore[index]
-        assert {"key": device_plugin.TAINT_KEY, "value": "true", "effect": "NoSchedule"} in taints
-        assert main(["testbed", "fault", node, "--clear", "--dir", str(d)]) == 0
+        # The node stays schedulable; kwok's stage fails smoke pods there (test_gates_controller).
         assert not (client.get("v1", "Node", node) or {}).get("spec", {}).get("taints")
+        stage = client.get(kwok_stages.API, "Stage", kwok_stages.SMOKE_FAIL_STAGE) or {}
+        (on_node,) = [
+            e for e in stage["spec"]["selector"]["matchExpressions"] if e["key"] == ".spec.nodeName"
+        ]
+        assert on_node["values"] == [node]
+        assert main(["testbed", "fault", node, "--clear", "--dir", str(d)]) == 0
+        assert client.get(kwok_stages.API, "Stage", kwok_stages.SMOKE_FAIL_STAGE) is None
         eventually(url, "DCGM_FI_DEV_XID_ERRORS > 0", 0)
         # Loopback only: nothing of it answers on another address of this host.
         port = int(url.rsplit(":", 1)[1])

@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gitops_gpu import kube
 from gitops_gpu.errors import TestbedError
+from gitops_gpu_dev.testbed import kwok_stages
 from gitops_gpu_dev.testbed.build import Binaries
 
 LOOPBACK = "127.0.0.1"
@@ -344,7 +346,8 @@ def _start_scheduler(bins: Binaries, state: State, die: bool) -> None:
 
 
 def _start_kwok(bins: Binaries, state: State, die: bool) -> None:
-    configs = [f"--config={p}" for p in sorted(bins.kwok_stages.glob("*.yaml"))]
+    # Stages are API objects (kwok_stages.py), so a fault can add one while kwok runs.
+    kwok_stages.install(kube.Client.from_kubeconfig(str(state.kubeconfig)), bins.kwok_stages)
     _spawn(
         "kwok",
         [
@@ -354,7 +357,7 @@ def _start_kwok(bins: Binaries, state: State, die: bool) -> None:
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-lease-duration-seconds=40",
             f"--node-ip={LOOPBACK}",
-            *configs,
+            "--enable-crds=Stage",
             *os.environ.get("GITOPS_GPU_KWOK_ARGS", "").split(),  # bench: lease duration
         ],
         state,

@@ -29,8 +29,15 @@ def read_crds(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 def install(client: kube.Client, paths: Iterable[Path], timeout: float = 60) -> list[str]:
     """Apply every CRD under ``paths`` and wait for each to be Established."""
+    return install_objects(client, read_crds(paths), timeout)
+
+
+def install_objects(
+    client: kube.Client, objects: Iterable[dict[str, Any]], timeout: float = 60
+) -> list[str]:
+    """Apply these CRDs and wait for each to be Established."""
     names = []
-    for crd in read_crds(paths):
+    for crd in objects:
         client.apply(crd, field_manager="gitops-gpu-testbed", force=True)
         names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + timeout

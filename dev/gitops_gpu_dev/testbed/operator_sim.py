@@ -27,7 +27,7 @@ SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 # Read by components.validator where no operator-validator pods run (KWOK nodes).
 VALIDATOR_ANN = f"{names.GROUP}/validator"
 # xid13: an application Xid only DCGM reports (the ladder ignores those): gate.metrics see it.
-# smoke-fail: the device plugin advertises no GPU (testbed/device_plugin.py): smoke tests fail.
+# smoke-fail: smoke-test pods on the node exit 1 (testbed/smoke_fault.py), the node schedulable.
 FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed", "xid13", "smoke-fail")
 
 IDLE = ("", "upgrade-done")
