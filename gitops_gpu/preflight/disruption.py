@@ -20,6 +20,7 @@ from typing import Any
 from gitops_gpu.components import holders
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.preflight import disruption_rules as rules
+from gitops_gpu.preflight.matrix import facts_for
 from gitops_gpu.preflight.plan import ObjectChange, Plan
 from gitops_gpu.sync.labels import resolve_max_unavailable
 from gitops_gpu.sync.live import selector_matches
@@ -236,6 +237,7 @@ def _pool(
     changes: Sequence[ObjectChange],
     operands: tuple[str, ...],
     cp_cause: tuple[str, ...],
+    off: frozenset[str] = frozenset(),
 ) -> list[Effect]:
     effects: list[Effect] = []
     budget = head_pool.max_unavailable if head_pool else 1
@@ -245,13 +247,20 @@ def _pool(
         if effect is not None:
             effects.append(effect)
     if head_pool is not None:
-        skipped = rules.disabled_operands(head_pool.node_labels)
-        restarts = tuple(o for o in operands if o not in skipped)
+        skipped = rules.disabled_operands(head_pool.node_labels) | off
+        if not _mig_capable(head_pool):
+            skipped |= {rules.MIG}
+        restarts = tuple(o for o in operands if o not in skipped and o != rules.MPS)
         if restarts:
+            also = (
+                f"; also {rules.MPS_NOTE}"
+                if rules.MPS in operands and rules.MPS not in skipped
+                else ""
+            )
             effects.append(
                 Effect(
                     "operand-restart",
-                    f"operand pods restarted: {', '.join(restarts)} (GPU pods keep running)",
+                    f"operand pods restarted: {', '.join(restarts)} (GPU pods keep running{also})",
                     cp_cause,
                     batch=budget,
                 )
@@ -260,6 +269,14 @@ def _pool(
         for le in rules.label_effects(old, head_pool.node_labels):
             effects.append(Effect(le.kind, le.text, stops_gpu_pods=le.stops_gpu_pods, batch=budget))
     return effects
+
+
+def _mig_capable(pool: PoolTarget) -> bool:
+    """False only when the pool's GPU is known and has no MIG (then no MIG manager runs)."""
+    if not pool.gpu_product:
+        return True
+    facts = facts_for(pool.gpu_product, pool.name)
+    return facts.mig_model is not None or facts.architecture is None
 
 
 def _batches(nodes: int, batch: int | str) -> int:
@@ -310,6 +327,10 @@ def make_disruption(
             impacts[cname] = rules.operand_impact(paths)
             causes[cname] = _dotted(paths)
     by_pool = {p.pool: p.changes for s in plan.stages for p in s.pools}
+    disabled = {
+        c: rules.cluster_disabled(t.cluster_policy.get("spec") or {})
+        for c, t in head.clusters.items()
+    }
     stages: list[StageDisruption] = []
     for spec in head.stages:
         pools = []
@@ -323,6 +344,7 @@ def make_disruption(
                 by_pool.get(name, ()),
                 impact.restarts if impact else (),
                 causes.get(target.cluster, ()),
+                disabled.get(target.cluster, frozenset()),
             )
             pd = PoolDisruption(name, target.cluster, tuple(effects))
             pools.append(_with_inventory(pd, inv, per_node))

@@ -98,6 +98,27 @@ ENABLED_OPERANDS: dict[str, str] = {
     "nodeStatusExporter": STATUS,
     "validator": VALIDATOR,
 }
+# Operands off unless ``enabled: true`` (api/nvidia/v1 clusterpolicy_types.go IsEnabled); the
+# others default to on. The validator has no switch.
+DEFAULT_OFF = frozenset({STATUS})
+# Where an operand runs on some nodes only: MIG manager where the GPU is MIG-capable
+# (controllers/state_manager.go hasMIGCapableGPU), the MPS daemon where the device plugin's
+# config shares by MPS (its DaemonSet selects nvidia.com/mps.capable=true).
+MPS_NOTE = "mps-control-daemon where the device-plugin config shares by MPS"
+
+
+def cluster_disabled(spec: Mapping[str, Any]) -> frozenset[str]:
+    """Operands the ClusterPolicy ``spec`` does not run at all (``<key>.enabled``)."""
+    off = set()
+    for key, name in ENABLED_OPERANDS.items():
+        enabled = (spec.get(key) or {}).get("enabled")
+        if enabled is False or (enabled is None and name in DEFAULT_OFF):
+            off.add(name)
+    if PLUGIN in off:
+        off.add(MPS)
+    return frozenset(off)
+
+
 # NVIDIADriver spec keys in DRIVER_CONFIG_DIGEST (buildDriverInstallConfig), plus the image
 # path's parts and usePrecompiled (which changes the image path): a change takes the full flow.
 INSTALL_KEYS = frozenset(

@@ -163,7 +163,30 @@ def test_a_field_outside_the_tables_is_said_and_assumed_to_restart_everything(
 ) -> None:
     d = _change(repo, lambda r: _spec(r).update(newFeature={"on": True}))
     assert d.unknown == ("default: spec.newFeature",)
-    assert d.stages[0].pools[0].effects[0].text.count(",") == len(rules.EVERY) - 1
+    # Every operand the cluster runs (the base turns dcgm off and leaves node-status-exporter
+    # at its default, off); the MPS daemon only where the plugin shares by MPS.
+    running = [o for o in rules.EVERY if o not in (rules.DCGM, rules.STATUS, rules.MPS)]
+    text = d.stages[0].pools[0].effects[0].text
+    assert text.startswith(f"operand pods restarted: {', '.join(running)} (")
+    assert rules.MPS_NOTE in text
+
+
+def test_operands_the_cluster_or_the_gpu_does_not_run_are_not_said_to_restart(
+    repo: Repo,
+) -> None:
+    def edit(r: Repo) -> None:
+        _spec(r)["daemonsets"] = {"annotations": {"example.com/team": "ml"}}
+        _spec(r)["devicePlugin"]["enabled"] = False
+        _spec(r)["nodeStatusExporter"]["enabled"] = True
+
+    repo.pools["b"] = {"gpu": {"product": "NVIDIA-L40S"}}  # Ada: no MIG, so no MIG manager
+    d = _change(repo, edit)
+    ops = {p.pool: e.text for p in d.pools for e in p.effects if e.kind == "operand-restart"}
+    assert rules.MIG in ops["a"] and rules.MIG not in ops["b"]
+    for text in ops.values():
+        assert rules.STATUS in text  # enabled now
+        assert rules.PLUGIN not in text and rules.MPS not in text  # the plugin is off
+        assert rules.DCGM + "," not in text and not text.endswith(rules.DCGM)
 
 
 def test_auto_upgrade_off_replaces_no_driver_pod(repo: Repo) -> None:
