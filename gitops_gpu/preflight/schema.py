@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet.yamlio import PathKey
+from gitops_gpu.preflight import crd_cache
 
 Schema = dict[str, Any]
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -293,12 +292,9 @@ def load_crds(crds_dir: Path) -> dict[tuple[str, str], CrdSchema]:
 def _load_crds(
     directory: str, stamp: tuple[tuple[str, int, int], ...]
 ) -> dict[tuple[str, str], CrdSchema]:
-    yaml = YAML(typ="safe", pure=True)
     out: dict[tuple[str, str], CrdSchema] = {}
     for name, _, _ in stamp:
-        with open(Path(directory) / name, encoding="utf-8") as fh:
-            docs = list(yaml.load_all(fh))
-        for doc in docs:
+        for doc in crd_cache.load_all(Path(directory) / name):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
