@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
+from importlib import metadata
 
 from gitops_gpu import logs
 from gitops_gpu.cli.exits import Exit
@@ -36,9 +36,37 @@ COMMANDS = {
 }
 
 
+# command -> its one line in `gitops-gpu --help`, which lists the commands without importing
+# any of their modules (test_cli_startup.py checks these against what each module registers).
+SUMMARIES = {
+    "check": "preflight a fleet repo: shape, CRD schema, compile rules, version matrix, plan "
+    "against --base",
+    "compile": "write the compiled objects as YAML, one file per object",
+    "plan": "what would change in the cluster, per pool and field",
+    "apply": "preflight, then server-side apply what drifted",
+    "nodes": "per-node health: the first failing component rung",
+    "agent": "node agent: publish this node's NVML facts (NodeGPUReport)",
+    "status": "per stage: commit, state, gate; per pool: node health",
+    "approve": "approve COMMIT for a stage whose gate requires it",
+    "accept-history": "follow a branch head that does not descend from the last one (after a "
+    "force-push)",
+    "pause": "pause every stage at the next pass (stop the line: docs/rollout.md)",
+    "resume": "resume every stage at the next pass (stop the line: docs/rollout.md)",
+    "rollback": "put a stage back on its last good (or a given) commit",
+    "controller": "poll the fleet repo and roll out canary-first",
+}
+
+
+def version() -> str:
+    try:
+        return metadata.version("gitops-gpu")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def plugins() -> dict[str, str]:
     """Commands installed by other distributions (entry points), name -> module."""
-    return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
+    return {ep.name: ep.value for ep in metadata.entry_points(group=PLUGIN_GROUP)}
 
 
 def _command(argv: Sequence[str]) -> str | None:
@@ -52,8 +80,9 @@ def _command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole CLI, or with ``command`` only the module that registers it."""
+def build_parser(command: str | None = None, *, listing: bool = False) -> argparse.ArgumentParser:
+    """The whole CLI, or with ``command`` only the module that registers it; ``listing``: the
+    commands' names and summaries only, no command module imported."""
     parser = argparse.ArgumentParser(prog="gitops-gpu", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
@@ -62,7 +91,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default="text",
         help="json: one JSON object per log line (structured logs)",
     )
+    parser.add_argument("--version", action="version", version=f"gitops-gpu {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    if listing:
+        order = sorted(COMMANDS, key=lambda c: COMMAND_MODULES.index(COMMANDS[c]))
+        for name in order:
+            sub.add_parser(name, help=SUMMARIES[name])
+        for name, where in sorted(plugins().items()):
+            sub.add_parser(name, help=f"see `gitops-gpu {name} --help` ({where.split('.')[0]})")
+        return parser
     if command in COMMANDS:
         modules = [f"gitops_gpu.cli.{COMMANDS[command]}"]
     else:
@@ -82,7 +119,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command(words))
+    command = _command(words)
+    # No command named (--help, --version, nothing): list the commands, import none of them.
+    parser = build_parser(command, listing=command is None)
     args = parser.parse_args(words)
     logs.configure(verbose=args.verbose, fmt=args.log_format)
     try:

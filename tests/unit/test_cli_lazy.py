@@ -69,3 +69,43 @@ def test_every_flag_and_argument_says_what_it_is_for() -> None:
 
     walk("", cli.build_parser())
     assert missing == []
+
+
+def _summaries(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_the_listing_says_what_each_command_module_registers() -> None:
+    listed = _summaries(cli.build_parser(listing=True))
+    registered = _summaries(cli.build_parser())
+    assert {c: listed[c] for c in cli.COMMANDS} == {c: registered[c] for c in cli.COMMANDS}
+    assert list(listed)[: len(cli.COMMANDS)] == list(registered)[: len(cli.COMMANDS)]
+    assert set(listed) == set(registered)  # the plugins too, by name
+
+
+def test_help_and_version_import_no_command_module() -> None:
+    for argv in (["--help"], ["--version"]):
+        code = (
+            "import json, sys\n"
+            "from gitops_gpu import cli\n"
+            "try:\n"
+            f"    cli.main({argv!r})\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print(json.dumps(sorted(sys.modules)))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        ).stdout
+        loaded = json.loads(out.splitlines()[-1])
+        heavy = [m for m in loaded if m.startswith(("gitops_gpu.cli.", "kubernetes", "pydantic"))]
+        assert heavy == ["gitops_gpu.cli.exits"], argv
+    version = subprocess.run(
+        [sys.executable, "-m", "gitops_gpu", "--version"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert version.stdout.strip() == f"gitops-gpu {cli.version()}"
+    assert cli.version()[0].isdigit()
