@@ -25,22 +25,24 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    DocumentEndEvent,
-    DocumentStartEvent,
-    Event,
-    MappingStartEvent,
-    ScalarEvent,
-    SequenceStartEvent,
-    StreamEndEvent,
-    StreamStartEvent,
-)
+from ruamel.yaml.events import Event
 from ruamel.yaml.nodes import Node, ScalarNode
 
 from gitops_gpu.errors import FleetError
+
+try:  # libyaml's parser, through PyYAML: the same events as ruamel's, 10x faster
+    import yaml as pyyaml
+
+    _CPARSER: Any = pyyaml.CSafeLoader if pyyaml.__with_libyaml__ else None
+    _CERROR: type[Exception] = pyyaml.YAMLError
+except ImportError:  # pragma: no cover - PyYAML is a dependency; without it, ruamel parses
+    _CPARSER, _CERROR = None, YAMLError
+# Tags are resolved by ruamel's resolver whichever parser made the events: YAML 1.2, or 1.1
+# for a document that says ``%YAML 1.1``.
+_RESOLVER = YAML(typ="safe", pure=True).resolver
+_YAML11 = YAML(typ="safe", pure=True)
+_YAML11.version = (1, 1)
+_RESOLVERS = {(1, 1): _YAML11.resolver}
 
 
 @dataclass
@@ -191,9 +193,13 @@ def parse_documents(file: str, text: str) -> list[Document]:
 
 def _parse_documents(file: str, text: str) -> list[Document]:
     _check_tabs(file, text)
-    yaml = YAML(typ="safe", pure=True)
+    if _CPARSER is not None:
+        try:
+            return list(_documents(file, iter(pyyaml.parse(text, Loader=_CPARSER))))
+        except _CERROR:
+            pass  # libyaml's words are terser ("did not find expected node content"): ruamel's
     try:
-        return list(_documents(file, yaml.parse(text), yaml.resolver))
+        return list(_documents(file, _events(text)))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
@@ -209,6 +215,29 @@ def _parse_documents(file: str, text: str) -> list[Document]:
         raise _err(file, f"YAML error: {exc}", fix="fix the YAML syntax") from exc
 
 
+def _events(text: str) -> Iterator[Any]:
+    """ruamel's event stream of ``text`` (pure Python: the reference, and its errors)."""
+    return iter(YAML(typ="safe", pure=True).parse(text))
+
+
+def _kind(event: Any) -> str:
+    """The event's class name, the same in ruamel and PyYAML ("ScalarEvent", ...)."""
+    return type(event).__name__
+
+
+def _tag(event: Any) -> str | None:
+    """An explicit tag (ruamel: ``ctag``, PyYAML: ``tag``); None or "!" when implicit."""
+    raw = event.ctag if hasattr(event, "ctag") else event.tag
+    return None if raw is None else str(raw)
+
+
+def _resolved(event: Any, resolver: Any) -> str:
+    tag = _tag(event)
+    if tag is None or tag == "!":
+        tag = str(resolver.resolve(ScalarNode, event.value, event.implicit))
+    return tag
+
+
 @dataclass
 class _Open:
     """A mapping or sequence being built; a mapping's key waiting for its value."""
@@ -219,7 +248,7 @@ class _Open:
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def _documents(file: str, events: Iterator[Event], resolver: Any) -> Iterator[Document]:
+def _documents(file: str, events: Iterator[Any]) -> Iterator[Document]:
     """Build each document's data and positions straight from the event stream, in one pass
     (no node tree, no second parse): depth and size are bounded as the events arrive, since
     ruamel's composer recurses once per nesting level and keeps every node."""
@@ -230,18 +259,20 @@ def _documents(file: str, events: Iterator[Event], resolver: Any) -> Iterator[Do
     # The first problem with the content waits for the end of the stream, so a YAML syntax
     # error anywhere in the file is said first (as when the file was parsed whole before).
     problem: FleetError | None = None
+    resolver: Any = _RESOLVER
     for event in events:
-        if isinstance(event, DocumentStartEvent):
+        if _kind(event) == "DocumentStartEvent":
             depth = nodes = 0
             stack, positions, root = [], {}, []
+            resolver = _RESOLVERS.get(tuple(event.version or ()), _RESOLVER)
             continue
-        if isinstance(event, DocumentEndEvent):
+        if _kind(event) == "DocumentEndEvent":
             if root and problem is None:
                 yield Document(file, root[0], positions)
             continue
-        if isinstance(event, StreamStartEvent | StreamEndEvent):
+        if _kind(event) in ("StreamStartEvent", "StreamEndEvent"):
             continue
-        if isinstance(event, CollectionEndEvent):
+        if _kind(event) in ("MappingEndEvent", "SequenceEndEvent"):
             depth -= 1
             if problem is None:
                 done = stack.pop()
@@ -249,7 +280,7 @@ def _documents(file: str, events: Iterator[Event], resolver: Any) -> Iterator[Do
             continue
         nodes += 1
         pos = _mark(event)
-        if isinstance(event, CollectionStartEvent):
+        if _kind(event) in ("MappingStartEvent", "SequenceStartEvent"):
             depth += 1
             if depth > LIMITS.depth:
                 raise _err(
@@ -288,7 +319,7 @@ def _content(
 ) -> None:
     """Add one node event's value to the document being built."""
     anchor = getattr(event, "anchor", None)
-    if isinstance(event, AliasEvent):  # its anchor, if any, was refused before it
+    if _kind(event) == "AliasEvent":  # its anchor, if any, was refused before it
         raise _err(
             file,
             f"YAML syntax error: found undefined alias '{anchor}'",
@@ -307,12 +338,12 @@ def _content(
         _key(file, parent, positions, event, pos, resolver)
         return
     path = _child_path(parent, pos, positions)
-    if isinstance(event, MappingStartEvent):
+    if _kind(event) == "MappingStartEvent":
         stack.append(_Open(path, {}))
-    elif isinstance(event, SequenceStartEvent):
+    elif _kind(event) == "SequenceStartEvent":
         stack.append(_Open(path, []))
     else:
-        assert isinstance(event, ScalarEvent)
+        assert _kind(event) == "ScalarEvent"
         _place(stack, root, _scalar_event(file, event, resolver))
 
 
@@ -337,16 +368,12 @@ def _key(
     file: str,
     parent: _Open,
     positions: dict[PathKey, tuple[int, int]],
-    event: Event,
+    event: Any,
     pos: tuple[int, int],
     resolver: Any,
 ) -> None:
-    tag = None
-    if isinstance(event, ScalarEvent):
-        tag = event.ctag
-        if tag is None or str(tag) == "!":
-            tag = resolver.resolve(ScalarNode, event.value, event.implicit)
-    if not isinstance(event, ScalarEvent) or tag == _TAG + "merge":
+    scalar = _kind(event) == "ScalarEvent"
+    if not scalar or _resolved(event, resolver) == _TAG + "merge":
         raise _err(
             file,
             "complex or merge key",
@@ -380,10 +407,8 @@ def _place(stack: list[_Open], root: list[Any], value: Any) -> None:
         parent.value.append(value)
 
 
-def _scalar_event(file: str, event: ScalarEvent, resolver: Any) -> Any:
-    tag = event.ctag
-    if tag is None or str(tag) == "!":
-        tag = resolver.resolve(ScalarNode, event.value, event.implicit)
+def _scalar_event(file: str, event: Any, resolver: Any) -> Any:
+    tag = _resolved(event, resolver)
     return _scalar(file, ScalarNode(tag, event.value, event.start_mark, event.end_mark))
 
 
@@ -424,7 +449,7 @@ def _scalar(file: str, node: Node) -> Any:
     if tag == _TAG + "null":
         return None
     if tag == _TAG + "bool":
-        return value.lower() == "true"
+        return value.lower() in ("true", "yes", "on", "y")  # the last three: %YAML 1.1 only
     if tag == _TAG + "int":
         v = value.replace("_", "")
         if len(v.lstrip("+-")) > LIMITS.int_digits:

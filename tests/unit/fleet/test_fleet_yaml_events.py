@@ -1,13 +1,17 @@
-"""Fleet YAML is built from ruamel's event stream in one pass (fleet/yamlio.py): the same data,
-positions and errors as composing the node tree after a separate bounds pass did."""
+"""Fleet YAML is built from the event stream in one pass (fleet/yamlio.py), libyaml's where
+PyYAML has it: the same data, positions and errors as ruamel composing the node tree after a
+separate bounds pass did."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import yamlio
+from gitops_gpu_dev import paths
 
 TEXT = """\
 a:
@@ -78,3 +82,33 @@ def test_the_bounds_hold_while_the_events_arrive() -> None:
     wide = "".join(f"k{i}: {i}\n" for i in range(yamlio.LIMITS.nodes))
     with pytest.raises(FleetError, match=f"more than {yamlio.LIMITS.nodes} values"):
         _parse(wide)
+
+
+def test_a_yaml_1_1_document_is_read_as_1_1() -> None:
+    (doc,) = _parse("%YAML 1.1\n---\na: yes\nb: on\n")
+    assert doc.data == {"a": True, "b": True}
+
+
+def _every_yaml(root: Path) -> list[Path]:
+    return sorted(p for ext in ("*.yaml", "*.yml") for p in root.rglob(ext))
+
+
+def _outcome(path: Path) -> object:
+    try:
+        return [(d.data, d.positions) for d in _parse(path.read_text(errors="replace"))]
+    except FleetError as exc:
+        return str(exc)
+
+
+def test_libyaml_and_ruamel_build_the_same_documents_and_errors(
+    upstream: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert yamlio._CPARSER is not None, "PyYAML without libyaml: check parses 10x slower"
+    files = _every_yaml(upstream) + _every_yaml(paths.PROJECT_ROOT)
+    files = [f for f in files if ".venv" not in f.parts]
+    assert len(files) > 100
+    fast = [_outcome(f) for f in files]
+    monkeypatch.setattr(yamlio, "_CPARSER", None)
+    pure = [_outcome(f) for f in files]
+    assert [f for f, a, b in zip(files, fast, pure, strict=True) if a != b] == []
+    assert any(isinstance(o, str) and "YAML syntax error" in o for o in fast)  # errors compared
