@@ -15,9 +15,9 @@ Scalars follow YAML 1.2 core schema (``yes``/``on`` stay strings), timestamps st
 from __future__ import annotations
 
 import collections
-import copy
 import math
 import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -169,8 +169,11 @@ def _check_tabs(file: str, text: str) -> None:
 
 
 # Parsed files by (name, text, limits): a new commit re-parses only the files it changed (a
-# driver bump in base/ leaves 125 pool files as they were). ruamel parses ~10 ms a file.
-_PARSED: collections.OrderedDict[tuple[str, str, tuple[int, ...]], list[Document]] = (
+# driver bump in base/ leaves 125 pool files as they were). Kept pickled: a caller's own copy
+# is a pickle.loads (0.025 ms for the example's base policy, vs 0.118 ms for copy.deepcopy),
+# and the first caller takes the freshly built data itself.
+_Cached = tuple[str, bytes, dict[PathKey, tuple[int, int]]]
+_PARSED: collections.OrderedDict[tuple[str, str, tuple[int, ...]], list[_Cached]] = (
     collections.OrderedDict()
 )
 PARSED_MAX = 2048
@@ -180,15 +183,15 @@ def parse_documents(file: str, text: str) -> list[Document]:
     """Parse every document of ``text``; raise FleetError with file:line:column on any problem.
     Each call returns its own copy of the data (callers may change it)."""
     key = (file, text, astuple(LIMITS))
-    docs = _PARSED.get(key)
-    if docs is None:
-        docs = _parse_documents(file, text)
-        _PARSED[key] = docs
-        if len(_PARSED) > PARSED_MAX:
-            _PARSED.popitem(last=False)
-    else:
+    cached = _PARSED.get(key)
+    if cached is not None:
         _PARSED.move_to_end(key)
-    return [Document(d.file, copy.deepcopy(d.data), d.positions) for d in docs]
+        return [Document(f, pickle.loads(data), positions) for f, data, positions in cached]
+    docs = _parse_documents(file, text)
+    _PARSED[key] = [(d.file, pickle.dumps(d.data, protocol=5), d.positions) for d in docs]
+    if len(_PARSED) > PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return docs
 
 
 def _parse_documents(file: str, text: str) -> list[Document]:
