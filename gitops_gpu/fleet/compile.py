@@ -9,14 +9,13 @@ equal values (and, through fleet/render.py, to byte-identical YAML).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import lowering, policy, windows
+from gitops_gpu.fleet import lowering, plain, policy, windows
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -166,7 +165,7 @@ def _compile_cluster(
     parts = {p: policy.cluster_part(d) for p, d in lowered.docs.items()}
     conflicts = [Conflict(cname, path, values) for path, values in policy.disagreements(parts)]
     first = parts[pool_names[0]]
-    spec = copy.deepcopy(first["spec"])
+    spec = plain.copy(first["spec"])
     lowering.apply_patch(spec, lowered.spec_patch)
     driver = spec.setdefault("driver", {})
     driver["useNvidiaDriverCRD"] = True

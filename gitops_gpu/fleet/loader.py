@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet.merge import merge
+from gitops_gpu.fleet import plain
+from gitops_gpu.fleet.merge import merge, merge_into, prune_nulls
 from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool
 from gitops_gpu.fleet.problems import (
     REF_CODE,
@@ -66,10 +68,19 @@ class FleetRepo:
         raise KeyError(pool)
 
     def merged_policy(self, pool: str) -> dict[str, Any]:
-        """The pool's ClusterPolicy document: base with the pool's file merged over it."""
-        base = self.base_doc.data if self.base_doc else {}
+        """The pool's ClusterPolicy document: base with the pool's file merged over it (a new
+        object on each call, the caller's to change)."""
         src = self.pools[pool].policy_doc
-        return merge(base, src.data if src else {})  # type: ignore[no-any-return]
+        overlay = src.data if src else {}
+        if not isinstance(overlay, dict):
+            return merge(self.base_doc.data if self.base_doc else {}, overlay)  # type: ignore[no-any-return]
+        return merge_into(plain.copy(self._pruned_base), overlay)
+
+    @cached_property
+    def _pruned_base(self) -> dict[str, Any]:
+        # pruned once: every pool starts from a plain copy of it
+        base = self.base_doc.data if self.base_doc else {}
+        return prune_nulls(base) if isinstance(base, dict) else {}
 
     def cluster_pools(self) -> dict[str, list[str]]:
         """cluster name -> its pools, sorted."""

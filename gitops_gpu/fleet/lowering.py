@@ -25,12 +25,12 @@ Pure: merged policy documents in, stripped documents and labels out.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gitops_gpu import names
+from gitops_gpu.fleet import plain
 from gitops_gpu.fleet.policy import MISSING
 from gitops_gpu.fleet.yamlio import PathKey
 
@@ -143,7 +143,7 @@ def _drop(doc: dict[str, Any], path: PathKey) -> None:
 def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
     """Lower the fields the pools of one cluster disagree on and the operator can realise per
     node. Fields the pools agree on stay in the ClusterPolicy as they are."""
-    out = {p: copy.deepcopy(d) for p, d in docs.items()}
+    out = {p: plain.copy(d) for p, d in docs.items()}
     labels: dict[str, dict[str, str]] = {p: {} for p in docs}
     patch: dict[PathKey, Any] = {}
     for path, label in LABEL_FIELDS.items():

@@ -26,12 +26,17 @@ def merge(base: Any, overlay: Any) -> Any:
     """``overlay`` merged over ``base``; neither input is modified."""
     if not isinstance(base, dict) or not isinstance(overlay, dict):
         return prune_nulls(overlay)
-    out = prune_nulls(base)
+    return merge_into(prune_nulls(base), overlay)
+
+
+def merge_into(out: dict[Any, Any], overlay: dict[Any, Any]) -> dict[Any, Any]:
+    """``overlay`` merged over ``out``, a null-free map the caller owns (changed in place and
+    returned): what :func:`merge` does once ``out`` is its own pruned copy of the base."""
     for key, value in overlay.items():
         if value is None:
             out.pop(key, None)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+            out[key] = merge_into(out[key], value)
         else:
             out[key] = prune_nulls(value)
     return out

@@ -16,9 +16,9 @@ the same ClusterPolicy-shaped values onto an NVIDIADriver.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from gitops_gpu.fleet import plain
 from gitops_gpu.fleet.yamlio import PathKey
 
 DRIVER_CLUSTER_KEYS = ("enabled", "useNvidiaDriverCRD")
@@ -38,7 +38,7 @@ MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<absent>"})()
 def cluster_part(doc: dict[str, Any]) -> dict[str, Any]:
     """The cluster-scoped part of a merged ClusterPolicy document (what must agree)."""
     meta = doc.get("metadata") or {}
-    spec = copy.deepcopy(doc.get("spec") or {})
+    spec = plain.copy(doc.get("spec") or {})
     for key in POOL_SPEC_KEYS:
         spec.pop(key, None)
     driver = spec.get("driver")
@@ -67,7 +67,7 @@ def pool_driver(doc: dict[str, Any]) -> dict[str, Any]:
     """The per-pool driver fields of a merged ClusterPolicy, in ClusterPolicy shape."""
     spec = doc.get("spec") or {}
     driver: dict[str, Any] = spec["driver"] if isinstance(spec.get("driver"), dict) else {}
-    return {k: copy.deepcopy(v) for k, v in driver.items() if k not in DRIVER_CLUSTER_KEYS}
+    return {k: plain.copy(v) for k, v in driver.items() if k not in DRIVER_CLUSTER_KEYS}
 
 
 def driver_spec(doc: dict[str, Any]) -> dict[str, Any]:
@@ -89,13 +89,13 @@ def driver_spec(doc: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
     for key in POOL_SPEC_KEYS:
         if key in spec:
-            out[key] = copy.deepcopy(spec[key])
+            out[key] = plain.copy(spec[key])
     daemonsets = spec.get("daemonsets")
     if isinstance(daemonsets, dict):
         for key in DAEMONSET_KEYS:
             # like the Helm chart: only what is set (an empty map or list adds nothing)
             if daemonsets.get(key) not in (None, {}, [], "") and key not in out:
-                out[key] = copy.deepcopy(daemonsets[key])
+                out[key] = plain.copy(daemonsets[key])
     return out
 
 
@@ -126,7 +126,7 @@ def common(values: list[Any]) -> Any:
                     out[key] = agreed
         return out
     first = values[0]
-    return copy.deepcopy(first) if all(v == first for v in values[1:]) else MISSING
+    return plain.copy(first) if all(v == first for v in values[1:]) else MISSING
 
 
 def disagreements(

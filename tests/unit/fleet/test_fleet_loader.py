@@ -161,3 +161,15 @@ def test_pool_file_outside_a_pool_folder(tmp_path: Path) -> None:
     root = _repo(tmp_path)
     (root / "nodepools" / "c.yaml").write_text("kind: NodePool\n")
     assert "sits directly in nodepools/" in str(_one(root, "GG004"))
+
+
+def test_merged_policy_is_a_new_object_per_call() -> None:
+    repo = load_repo(EXAMPLE)
+    pool = sorted(repo.pools)[0]
+    first = repo.merged_policy(pool)
+    first["spec"]["driver"]["version"] = "mutated"
+    first["spec"].clear()
+    again = repo.merged_policy(pool)
+    assert again["spec"] and again["spec"]["driver"].get("version") != "mutated"
+    other = repo.merged_policy(sorted(repo.pools)[-1])
+    assert other["spec"] is not again["spec"]

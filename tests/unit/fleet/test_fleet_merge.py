@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gitops_gpu.fleet.merge import merge, origin, prune_nulls
+from gitops_gpu.fleet import plain
+from gitops_gpu.fleet.merge import merge, merge_into, origin, prune_nulls
 from gitops_gpu.fleet.yamlio import parse_single
 
 
@@ -39,3 +40,22 @@ def test_origin_prefers_the_overlay_then_base_then_ancestors() -> None:
     # a field nobody wrote (e.g. a missing required one) points at the closest parent
     assert origin(("spec", "driver", "missing"), over, base) == ("pool.yaml", 2)
     assert origin(("spec", "driver", "image"), None, base) == ("base.yaml", 4)
+
+
+def test_plain_copy_shares_no_map_or_list() -> None:
+    data = {"a": [{"b": {"c": "x"}}, 1, None], "d": {"e": []}}
+    out = plain.copy(data)
+    assert out == data
+    out["a"][0]["b"]["c"] = "changed"
+    out["a"].append(2)
+    out["d"]["e"].append(3)
+    assert data == {"a": [{"b": {"c": "x"}}, 1, None], "d": {"e": []}}
+
+
+def test_merge_into_changes_only_the_owned_map() -> None:
+    owned = {"a": {"x": 1, "y": 2}}
+    over = {"a": {"y": None, "z": {"k": [1, None]}}}
+    out = merge_into(owned, over)
+    assert out is owned and out == {"a": {"x": 1, "z": {"k": [1, None]}}}
+    out["a"]["z"]["k"].append(5)
+    assert over == {"a": {"y": None, "z": {"k": [1, None]}}}
