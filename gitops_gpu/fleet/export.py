@@ -110,6 +110,7 @@ def _write(git_dir: Path, wanted: Sequence[Entry], dest: Path) -> None:
     try:
         # One request per entry, answered in order; writing all first could fill both pipes,
         # so each object is read before the next is asked for.
+        made: set[Path] = set()
         for e in wanted:
             proc.stdin.write(f"{e.sha}\n".encode())
             proc.stdin.flush()
@@ -118,7 +119,7 @@ def _write(git_dir: Path, wanted: Sequence[Entry], dest: Path) -> None:
                 raise SourceError(f"git cat-file could not read {e.path}", fix="run git fsck")
             data = proc.stdout.read(int(header[2]))
             proc.stdout.read(1)  # the newline after each object
-            write_file(dest, e.path, data)
+            write_file(dest, e.path, data, made)
     finally:
         proc.stdin.close()
         proc.stdout.close()

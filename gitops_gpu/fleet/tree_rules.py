@@ -225,9 +225,14 @@ def select(entries: Sequence[Entry], result: Export) -> list[Entry]:
     return wanted
 
 
-def write_file(dest: Path, rel: str, data: bytes) -> None:
+def write_file(dest: Path, rel: str, data: bytes, made: set[Path] | None = None) -> None:
+    """``made``: directories already created in this export (a 2,000-pool tree pays two
+    syscalls per file otherwise, at ~0.2 ms each on a slow disk)."""
     target = dest.joinpath(*rel.split("/"))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if made is None or target.parent not in made:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if made is not None:
+            made.add(target.parent)
     # Parents were just created as real directories; O_NOFOLLOW|O_EXCL refuse anything else.
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     fd = os.open(target, flags, 0o644)

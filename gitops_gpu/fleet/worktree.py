@@ -113,6 +113,7 @@ def _children(root: Path, rel: str) -> list[tuple[str, str, os.stat_result]]:
 
 def _copy(root: Path, wanted: Sequence[Entry], dest: Path) -> None:
     limit = yamlio.LIMITS.file_bytes
+    made: set[Path] = set()
     for e in wanted:
         path = root.joinpath(*e.path.split("/"))
         try:
@@ -137,7 +138,7 @@ def _copy(root: Path, wanted: Sequence[Entry], dest: Path) -> None:
                 fix="split or trim this file (or raise --max-file-bytes)",
                 code=YAML_CODE,
             )
-        write_file(dest, e.path, data)
+        write_file(dest, e.path, data, made)
 
 
 def _git_view(root: Path) -> tuple[frozenset[str], frozenset[str]]:
