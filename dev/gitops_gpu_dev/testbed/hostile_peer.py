@@ -34,6 +34,7 @@ class HostilePeer:
         self.script = script
         self.seen: list[Seen] = []
         self.stopping = threading.Event()
+        self._request = threading.local()  # the body of the request this thread serves
         peer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,6 +57,10 @@ class HostilePeer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
+    def request_body(self) -> bytes:
+        """The body of the request the calling script answers (already read)."""
+        return bytes(getattr(self._request, "body", b""))
+
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -71,6 +76,12 @@ class HostilePeer:
     def _serve(self, req: BaseHTTPRequestHandler) -> None:
         headers = {k.lower(): v for k, v in req.headers.items()}
         self.seen.append(Seen(req.command, req.path, headers))
+        # Read the request body first: closing with it unread makes the kernel send a RST,
+        # which can discard the answer before the client reads it (a flake, not a finding).
+        self._request.body = b""
+        with contextlib.suppress(ValueError, OSError):
+            length = min(int(headers.get("content-length") or 0), 1 << 20)
+            self._request.body = req.rfile.read(length) if length else b""
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.script(req, self)  # the client giving up on us is the point
         req.close_connection = True
@@ -143,8 +154,7 @@ def forward(base: str) -> Script:
     """Pass every request on to ``base`` (a real git or forge server) and its answer back."""
 
     def script(req: BaseHTTPRequestHandler, peer: HostilePeer) -> None:
-        length = int(req.headers.get("Content-Length") or 0)
-        data = req.rfile.read(length) if length else None
+        data = peer.request_body() or None
         skip = {"host", "content-length", "connection", "accept-encoding"}
         headers = {k: v for k, v in req.headers.items() if k.lower() not in skip}
         out = urllib.request.Request(
