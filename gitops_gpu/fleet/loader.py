@@ -76,6 +76,18 @@ class FleetRepo:
             return merge(self.base_doc.data if self.base_doc else {}, overlay)  # type: ignore[no-any-return]
         return merge_into(plain.copy(self._pruned_base), overlay)
 
+    def policy_view(self, pool: str) -> dict[str, Any]:
+        """The pool's merged ClusterPolicy, built once and shared: for checks that only read
+        it (preflight reads each pool's policy several times). Never modify it."""
+        view = self._views.get(pool)
+        if view is None:
+            view = self._views[pool] = self.merged_policy(pool)
+        return view
+
+    @cached_property
+    def _views(self) -> dict[str, dict[str, Any]]:
+        return {}
+
     @cached_property
     def _pruned_base(self) -> dict[str, Any]:
         # pruned once: every pool starts from a plain copy of it

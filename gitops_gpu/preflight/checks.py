@@ -265,7 +265,7 @@ def _budget_overridden(src: PoolSource, name: str, cluster: str) -> Iterator[Fin
 def auto_upgrade_unset(repo: FleetRepo) -> Iterator[Finding]:
     """GG028: the CRDs default autoUpgrade differently (ClusterPolicy false, NVIDIADriver true)."""
     for name in sorted(repo.pools):
-        doc = repo.merged_policy(name)
+        doc = repo.policy_view(name)
         if _get(doc, "spec", "driver", "upgradePolicy", "autoUpgrade") is None:
             file, line = fleet_compile.locate(repo, name, ("spec", "driver", "upgradePolicy"))
             yield Finding.make(

@@ -42,7 +42,7 @@ def cluster_policies(
     """GG010 for each pool's merged ClusterPolicy."""
     crd = _need(crds, names.CLUSTER_POLICY_API)
     for pool in sorted(repo.pools):
-        doc = repo.merged_policy(pool)
+        doc = repo.policy_view(pool)
         # the compiler renames the object; only the spec is the user's to get right
         for issue in crd.validate({**doc, "metadata": {"name": names.CLUSTER_POLICY_NAME}}):
             file, line = fleet_compile.locate(repo, pool, issue.path)

@@ -273,7 +273,7 @@ def _values(
     values: Mapping[str, Any],
     origins: Mapping[PathKey, str],
 ) -> list[Finding]:
-    policy = ctx.repo.merged_policy(pool)
+    policy = ctx.repo.policy_view(pool)
     schema = ctx.cluster_policy_schema.schema
     out: list[Finding] = []
     for path, detail in recipe_values.contradictions(values, policy, schema, label):

@@ -19,10 +19,12 @@ from gitops_gpu.sync import waits
 POOL = "train"
 
 
-def _wait(what: str, pred: Callable[[], bool], timeout: float = 60.0) -> None:
+def _wait(
+    what: str, pred: Callable[[], bool], timeout: float = 60.0, seen: Callable[[], Any] = str
+) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; saw {seen()}"
         time.sleep(0.3)
 
 
@@ -87,6 +89,19 @@ def draining(testbed: Any) -> Iterator[tuple[Any, str, str]]:
             },
         }
     )
+
+    # The budgets come after KWOK has the pod Ready: on a pod update the disruption controller
+    # requeues only one of the budgets that match it (it picks one), so a budget judged before
+    # Ready could keep currentHealthy 0 until a resync hours away (seen: roomy stuck at 0).
+    def ready() -> bool:
+        pod = client.get("v1", "Pod", "train-llm-7", ns) or {}
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        owned = any(
+            o.get("kind") == "ReplicaSet" for o in pod["metadata"].get("ownerReferences") or []
+        )
+        return owned and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    _wait("the pod adopted by its ReplicaSet and Ready", ready)
     for name, minimum in (("train-pdb", 1), ("roomy", 0)):
         client.create(
             {
@@ -110,13 +125,10 @@ def test_a_draining_node_names_the_pod_and_the_pdb_that_hold_it(
         items = client.list("policy/v1", "PodDisruptionBudget", namespace=ns)["items"]
         return {p["metadata"]["name"]: p.get("status") or {} for p in items}
 
-    def adopted() -> bool:
+    def pod_conditions() -> Any:
         pod = client.get("v1", "Pod", "train-llm-7", ns) or {}
-        return any(
-            o.get("kind") == "ReplicaSet" for o in pod["metadata"].get("ownerReferences") or []
-        )
+        return {"pod": (pod.get("status") or {}).get("conditions"), "budgets": budgets()}
 
-    _wait("the ReplicaSet to adopt the pod", adopted)
     # The disruption controller has judged both budgets (roomy allows one: it really ran).
     _wait(
         "the disruption controller's verdicts",
@@ -124,6 +136,7 @@ def test_a_draining_node_names_the_pod_and_the_pdb_that_hold_it(
             budgets().get("roomy", {}).get("disruptionsAllowed", 0) >= 1
             and budgets().get("train-pdb", {}).get("observedGeneration") is not None
         ),
+        seen=pod_conditions,
     )
     target = _target({"drain": {"enable": True, "podSelector": ""}})
     now = time.time()

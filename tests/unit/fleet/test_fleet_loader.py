@@ -173,3 +173,14 @@ def test_merged_policy_is_a_new_object_per_call() -> None:
     assert again["spec"] and again["spec"]["driver"].get("version") != "mutated"
     other = repo.merged_policy(sorted(repo.pools)[-1])
     assert other["spec"] is not again["spec"]
+
+
+def test_policy_view_is_built_once_and_equals_a_fresh_merge() -> None:
+    repo = load_repo(EXAMPLE)
+    pool = sorted(repo.pools)[0]
+    view = repo.policy_view(pool)
+    assert repo.policy_view(pool) is view
+    fresh = repo.merged_policy(pool)
+    assert fresh == view and fresh is not view
+    fresh["spec"].clear()  # a caller's own copy: the shared view is untouched
+    assert view["spec"]
