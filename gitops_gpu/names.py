@@ -35,6 +35,9 @@ REPORT_SEEN_KEY = "_seen"
 # GPU Operator node labels
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# The MIG ConfigMap the operator creates and names when migManager.config.name is unset
+# (controllers/object_controls.go MigPartedDefaultConfigMapName): the default catalogue.
+DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 WORKLOAD_CONFIG_LABEL = "nvidia.com/gpu.workload.config"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."

@@ -154,16 +154,20 @@ def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
             continue  # ill-typed: left to the schema check and GG020
         for pool, value in values.items():
             _drop(out[pool], path)
-            if value is not MISSING:
+            if value not in (MISSING, ""):  # "" selects nothing: the operand's own fallback
                 labels[pool][label] = value
     for path, label in CONFIG_NAMES.items():
         # One ConfigMap for the cluster: once the keys inside it are chosen per node, a pool
-        # that names none takes the one the others name.
+        # that names none (or "", the operator's "no ConfigMap") takes the one the others
+        # name. Its nodes carry no key label, so the operand falls back to its built-in
+        # config (the device plugin runs with FALLBACK_STRATEGIES=empty,
+        # controllers/object_controls.go), as it did with no ConfigMap.
         values = {p: _get(d, path) for p, d in docs.items()}
-        present = {repr(v) for v in values.values() if v is not MISSING}
+        named = {repr(v) for v in values.values() if v not in (MISSING, "")}
+        unnamed = any(v in (MISSING, "") for v in values.values())
         lowered = any(label in lab for lab in labels.values())
-        if lowered and MISSING in values.values() and len(present) == 1:
-            value = next(v for v in values.values() if v is not MISSING)
+        if lowered and unnamed and len(named) == 1:
+            value = next(v for v in values.values() if v not in (MISSING, ""))
             patch[path] = value
             for pool in docs:
                 _drop(out[pool], path)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitops_gpu import names
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import export
@@ -231,6 +232,8 @@ def _matrix(
             )
             or ""
         )
+        if custom_mig == names.DEFAULT_MIG_CONFIGMAP:
+            custom_mig = ""  # naming the operator's own ConfigMap is the default catalogue
         for name, target in sorted(cluster.pools.items()):
             src = repo.pools[name]
             if cluster.name in nodes:

@@ -37,6 +37,25 @@ def test_time_slicing_in_one_pool_is_a_label_and_one_configmap(tmp_path: Path) -
     assert not [f for f in run_preflight(root).findings if f.code == "GG020"]
 
 
+def test_time_slicing_over_an_empty_base_config_is_lowered(tmp_path: Path) -> None:
+    # the shape users copy from OpenShift and Red Hat's GitOps catalog: the base names no
+    # ConfigMap ("" is the operator's "none"), one pool's overlay turns time-slicing on
+    base = minimal_base()
+    base["spec"]["devicePlugin"]["config"] = {"name": "", "default": ""}
+    ts = {"devicePlugin": {"config": {"name": "time-slicing-config", "default": "any"}}}
+    root = write_repo(tmp_path, TWO, base=base, overlays={"b": overlay(ts)})
+    compiled, conflicts = _compile(root)
+    assert conflicts == []
+    cluster = compiled.clusters["default"]
+    assert cluster.cluster_policy["spec"]["devicePlugin"]["config"] == {
+        "name": "time-slicing-config"
+    }
+    assert cluster.pools["b"].node_labels[DP] == "any"
+    # "" selects no key: no label with an empty value, the plugin's built-in config applies
+    assert DP not in cluster.pools["a"].node_labels
+    assert not [f for f in run_preflight(root).findings if f.code == "GG020"]
+
+
 def test_pools_agreeing_keep_the_cluster_default_and_no_labels(tmp_path: Path) -> None:
     base = minimal_base()
     base["spec"]["devicePlugin"]["config"] = {"name": "cm", "default": "x"}

@@ -459,6 +459,24 @@ def test_gg034_becomes_a_note_with_a_custom_mig_config(tmp_path: Path) -> None:
     assert "my-mig" in only(findings, "GG036")[0].message
 
 
+def test_gg034_stays_an_error_when_the_operators_own_mig_configmap_is_named(
+    tmp_path: Path,
+) -> None:
+    # default-mig-parted-config is the default catalogue, not a custom layout to trust
+    base = minimal_base()
+    base["spec"]["migManager"] = {
+        "enabled": True,
+        "config": {"name": "default-mig-parted-config"},
+    }
+    root = write_repo(
+        tmp_path,
+        {"a": {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "migConfig": "all-1g.5gb"}},
+        base=base,
+    )
+    (f,) = only(check(root), "GG034")
+    assert "not valid for NVIDIA-H100-80GB-HBM3" in f.message
+
+
 def test_gg035_end_of_life_branch(tmp_path: Path) -> None:
     (f,) = only(
         _driver(tmp_path, "NVIDIA-H100-80GB-HBM3", version="550.54.15", kernelModuleType="open"),
