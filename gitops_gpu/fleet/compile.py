@@ -10,12 +10,12 @@ equal values (and, through fleet/render.py, to byte-identical YAML).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import lowering, plain, policy, windows
+from gitops_gpu.fleet import lowering, plain, policy, sharing, windows
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -92,13 +92,21 @@ def compile_checked(repo: FleetRepo, commit: str) -> tuple[CompiledFleet, list[C
         )
         for s in repo.fleet.spec.stages
     )
-    contexts = {c.name: c.context for c in repo.fleet.cluster_refs()}
+    refs = {c.name: c for c in repo.fleet.cluster_refs()}
     clusters: dict[str, ClusterTarget] = {}
     conflicts: list[Conflict] = []
     for cname, pool_names in repo.cluster_pools().items():
         if not pool_names:
             continue  # nothing to manage there
-        target, found = _compile_cluster(repo, cname, contexts.get(cname), pool_names, commit)
+        ref = refs.get(cname)
+        target, found = _compile_cluster(
+            repo,
+            cname,
+            ref.context if ref else None,
+            ref.operator_namespace if ref else sharing.DEFAULT_NAMESPACE,
+            pool_names,
+            commit,
+        )
         clusters[cname] = target
         conflicts.extend(found)
     return CompiledFleet(
@@ -157,7 +165,12 @@ UNVERIFIED_TOLERATION = {
 
 
 def _compile_cluster(
-    repo: FleetRepo, cname: str, context: str | None, pool_names: list[str], commit: str
+    repo: FleetRepo,
+    cname: str,
+    context: str | None,
+    namespace: str,
+    pool_names: list[str],
+    commit: str,
 ) -> tuple[ClusterTarget, list[Conflict]]:
     docs = {p: repo.merged_policy(p) for p in pool_names}
     # Per-pool values the operator can realise per node become node labels (fleet/lowering.py).
@@ -196,13 +209,57 @@ def _compile_cluster(
         },
         "spec": spec,
     }
+    # pool.yaml's own settings win over a lowered ClusterPolicy value (GG027 says so).
+    labels = {p: {**lowered.labels[p], **node_labels(repo.pools[p])} for p in pool_names}
+    dp = device_plugin_configs(repo, pool_names, labels, spec, namespace)
     pools = {
-        p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit, lowered.labels[p])
+        p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit, labels[p])
         for p in pool_names
     }
+    if dp:
+        for p, source in dp.sources.items():
+            pools[p] = replace(pools[p], device_plugin_file=source.doc.file)
     return ClusterTarget(
-        name=cname, context=context, cluster_policy=cluster_policy, pools=pools
+        name=cname,
+        context=context,
+        cluster_policy=cluster_policy,
+        pools=pools,
+        config_maps=(dp.configmap,) if dp else (),
     ), conflicts
+
+
+def device_plugin_configs(
+    repo: FleetRepo,
+    pool_names: list[str],
+    labels: dict[str, dict[str, str]],
+    spec: dict[str, Any],
+    namespace: str,
+) -> sharing.Compiled | None:
+    """Pools whose device-plugin config is in the fleet repo get a versioned key of the
+    cluster's one ConfigMap (fleet/sharing.py); the ClusterPolicy names that ConfigMap.
+    ``labels`` (pool -> node labels) and ``spec`` are updated in place."""
+    plugin = spec.get("devicePlugin")
+    config = plugin.get("config") if isinstance(plugin, dict) else None
+    default = config.get("default") if isinstance(config, dict) else None
+    sources: dict[str, sharing.ConfigSource] = {}
+    for p in pool_names:
+        src = repo.pools[p]
+        if src.device_plugin_doc is not None:
+            sources[p] = sharing.ConfigSource(p, src.device_plugin_doc)
+            continue
+        name = labels[p].get(names.DEVICE_PLUGIN_CONFIG_LABEL) or default
+        if isinstance(name, str) and name in repo.device_plugin_configs:
+            sources[p] = sharing.ConfigSource(name, repo.device_plugin_configs[name])
+    compiled = sharing.build(sources, namespace)
+    if compiled is None or (plugin is not None and not isinstance(plugin, dict)):
+        return None  # nothing in the repo, or an ill-typed devicePlugin: the schema says it
+    for p, key in compiled.keys.items():
+        labels[p][names.DEVICE_PLUGIN_CONFIG_LABEL] = key
+    named: dict[str, Any] = {"name": sharing.CONFIGMAP_NAME}
+    if isinstance(default, str) and default and default not in repo.device_plugin_configs:
+        named["default"] = default  # a key of no fleet-repo config: preflight says so
+    spec.setdefault("devicePlugin", {})["config"] = named
+    return compiled
 
 
 def node_labels(src: PoolSource) -> dict[str, str]:
@@ -254,13 +311,11 @@ def _pool_target(
     stage: str,
     doc: dict[str, Any],
     commit: str,
-    lowered: Mapping[str, str],
+    labels: Mapping[str, str],
 ) -> PoolTarget:
     spec = src.model.spec
     driver = driver_manifest(src, doc, commit, stage)
     version = driver["spec"].get("version")
-    # pool.yaml's own settings win over a lowered ClusterPolicy value (GG027 says so).
-    labels = {**lowered, **node_labels(src)}
     return PoolTarget(
         name=src.name,
         cluster=cname,
@@ -270,7 +325,7 @@ def _pool_target(
         gpu_product=spec.gpu.product,
         mig_config=labels.get(names.MIG_CONFIG_LABEL),
         device_plugin_config=labels.get(names.DEVICE_PLUGIN_CONFIG_LABEL),
-        node_labels=labels,
+        node_labels=dict(labels),
         driver=driver,
         driver_version=version if isinstance(version, str) else None,
         unavailable_nodes=spec.unavailable_nodes,

@@ -88,6 +88,8 @@ class PoolTarget:
     unavailable_nodes: UnavailableNodes = "skip"
     # New nodes carry names.UNVERIFIED_TAINT until verified (sync/verify_nodes.py).
     verify_new_nodes: bool = False
+    # The fleet-repo file the pool's device-plugin config key was built from (fleet/sharing.py).
+    device_plugin_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class ClusterTarget:
     context: str | None
     cluster_policy: Manifest
     pools: Mapping[str, PoolTarget]
+    # ConfigMaps built from the fleet repo that the ClusterPolicy names (fleet/sharing.py).
+    config_maps: tuple[Manifest, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ Layout (docs/fleet-repo.md)::
     <spec.base>                         optional base ClusterPolicy
     nodepools/<pool>/pool.yaml          kind: NodePool
     nodepools/<pool>/clusterpolicy.yaml optional ClusterPolicy, merged over the base
+    nodepools/<pool>/device-plugin.yaml optional: the pool's device-plugin config
+    configs/device-plugin/<name>.yaml   optional: a device-plugin config pools name
 
 Every problem found is collected (one broken pool does not hide another's errors) and raised
 together as :class:`RepoLoadError`; each entry is a :class:`RepoError` carrying a finding code.
@@ -22,9 +24,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import plain
+from gitops_gpu.fleet import plain, sharing
 from gitops_gpu.fleet.merge import merge, merge_into, prune_nulls
-from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool
+from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool, check_label_value
 from gitops_gpu.fleet.problems import (
     REF_CODE,
     SHAPE_CODE,
@@ -40,6 +42,7 @@ FLEET_FILE = "fleet.yaml"
 POOLS_DIR = "nodepools"
 POOL_FILE = "pool.yaml"
 POLICY_FILE = "clusterpolicy.yaml"
+POOL_FILES = (POOL_FILE, POLICY_FILE, sharing.DEVICE_PLUGIN_FILE)
 
 M = TypeVar("M", bound=BaseModel)
 __all__ = ["FleetRepo", "PoolSource", "RepoError", "RepoLoadError", "load_repo"]
@@ -51,6 +54,7 @@ class PoolSource:
     model: NodePool
     pool_doc: Document
     policy_doc: Document | None
+    device_plugin_doc: Document | None = None  # nodepools/<pool>/device-plugin.yaml
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class FleetRepo:
     fleet_doc: Document
     base_doc: Document | None
     pools: dict[str, PoolSource] = field(default_factory=dict)
+    # configs/device-plugin/<name>.yaml by name (fleet/sharing.py)
+    device_plugin_configs: dict[str, Document] = field(default_factory=dict)
 
     def stage_of(self, pool: str) -> str:
         for stage in self.fleet.spec.stages:
@@ -110,13 +116,49 @@ def load_repo(path: Path) -> FleetRepo:
     fleet = _validate(Fleet, fleet_doc, errors) if fleet_doc else None
     base_doc = _load_base(root, fleet, fleet_doc, errors) if fleet and fleet_doc else None
     pools = dict(_load_pools(root, base_doc, errors))
+    configs = dict(_load_configs(root, errors))
     if fleet is None or fleet_doc is None:
         raise RepoLoadError(errors)
     _check_stages(fleet, fleet_doc, pools, errors)
     _check_clusters(fleet, fleet_doc, pools, errors)
     if errors:
         raise RepoLoadError(errors)
-    return FleetRepo(root, fleet, fleet_doc, base_doc, pools)
+    return FleetRepo(root, fleet, fleet_doc, base_doc, pools, configs)
+
+
+def _load_configs(root: Path, errors: list[RepoError]) -> Iterator[tuple[str, Document]]:
+    folder = root / sharing.CONFIGS_DIR
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.iterdir()):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix not in (".yaml", ".yml"):
+            if path.suffix == ".json" or path.is_dir():
+                errors.append(
+                    RepoError(
+                        f"{path.name} in {sharing.CONFIGS_DIR}/ is not read: configs there are "
+                        "<name>.yaml files",
+                        code=REF_CODE,
+                        file=rel,
+                        fix=f"write it as {sharing.CONFIGS_DIR}/<name>.yaml",
+                    )
+                )
+            continue
+        try:
+            check_label_value("name", path.stem)
+        except ValueError as exc:
+            errors.append(
+                RepoError(
+                    f"config name '{path.stem}' cannot be a node label value: {exc}",
+                    code=REF_CODE,
+                    file=rel,
+                    fix="rename the file to letters, digits, '-', '_' or '.' (63 at most)",
+                )
+            )
+            continue
+        doc = _load(path, root, errors, required=False)
+        if doc is not None:
+            yield path.stem, doc
 
 
 def _wrap(exc: FleetError, code: str) -> RepoError:
@@ -220,10 +262,10 @@ def _load_base(
 def _stray_files(folder: Path, root: Path) -> Iterator[RepoError]:
     """YAML next to pool.yaml that the loader would silently ignore (a misspelt file name)."""
     for path in sorted(folder.iterdir()):
-        if path.suffix in (".yaml", ".yml", ".json") and path.name not in (POOL_FILE, POLICY_FILE):
+        if path.suffix in (".yaml", ".yml", ".json") and path.name not in POOL_FILES:
             yield RepoError(
-                f"unexpected file {path.name}: a pool folder holds {POOL_FILE} and "
-                f"{POLICY_FILE} only, so this file would be ignored",
+                f"unexpected file {path.name}: a pool folder holds {', '.join(POOL_FILES)} "
+                "only, so this file would be ignored",
                 code=REF_CODE,
                 file=path.relative_to(root).as_posix(),
                 fix=f"rename it to {POLICY_FILE} (or {POOL_FILE}), or move it out of {POOLS_DIR}/",
@@ -289,7 +331,11 @@ def _load_pools(
                 )
             )
             continue
-        yield folder.name, PoolSource(folder.name, pool, pool_doc, policy_doc)
+        dp_path = folder / sharing.DEVICE_PLUGIN_FILE
+        dp_doc = _load(dp_path, root, errors, required=False)
+        if dp_path.exists() and dp_doc is None:
+            continue
+        yield folder.name, PoolSource(folder.name, pool, pool_doc, policy_doc, dp_doc)
 
 
 def _check_stages(

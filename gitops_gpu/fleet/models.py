@@ -149,8 +149,11 @@ class ClusterRef(_Model):
     # The GPU Operator release (its Helm chart version, e.g. v25.10.1) this cluster runs:
     # preflight checks the pools' drivers against it and compares it with AICR recipes.
     gpu_operator_version: StrictStr | None = None
+    # Where the GPU Operator runs: the device-plugin ConfigMap built from the fleet repo goes
+    # there (the operator reads devicePlugin.config.name in its own namespace).
+    operator_namespace: StrictStr = "gpu-operator"
 
-    @field_validator("name")
+    @field_validator("name", "operator_namespace")
     @classmethod
     def _name(cls, v: str) -> str:
         return check_dns_label(v)

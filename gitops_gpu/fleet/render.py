@@ -73,6 +73,8 @@ def render_cluster(cluster: ClusterTarget) -> dict[str, str]:
             cluster.cluster_policy
         )
     }
+    for cm in cluster.config_maps:
+        out["configmap-" + str(cm["metadata"]["name"]) + ".yaml"] = render_yaml(cm)
     for name in sorted(cluster.pools):
         pool = cluster.pools[name]
         out[f"nvidiadriver-{name}.yaml"] = render_yaml(pool.driver)

@@ -146,11 +146,12 @@ def _what(e: Entry) -> str:
 
 def fleet_read(path: str) -> bool:
     """Paths the fleet format reads or walks for pools: fleet.yaml, nodepools/ and each entry
-    directly in it (a pool folder or a stray file), and every YAML/JSON file below it. (The
-    base file is checked once fleet.yaml is out.)"""
+    directly in it (a pool folder or a stray file), every YAML/JSON file below it, and the
+    shared configs under configs/. (The base file is checked once fleet.yaml is out.)"""
     parts = path.split("/")
     return path == "fleet.yaml" or (
-        parts[0] == "nodepools" and (len(parts) <= 2 or path.endswith(READ_SUFFIXES))
+        (parts[0] == "nodepools" and (len(parts) <= 2 or path.endswith(READ_SUFFIXES)))
+        or (parts[0] == "configs" and path.endswith(READ_SUFFIXES))
     )
 
 

@@ -217,17 +217,7 @@ def no_effect(repo: FleetRepo, compiled: CompiledFleet) -> Iterator[Finding]:
                     "manager is disabled for it",
                     "enable migManager or remove migConfig",
                 )
-            if pool.device_plugin_config and not _get(spec, "devicePlugin", "config", "name"):
-                yield _no_effect(
-                    src,
-                    cluster.name,
-                    "devicePluginConfig",
-                    f"pool '{name}' sets devicePluginConfig "
-                    f"'{pool.device_plugin_config}' but the ClusterPolicy names no "
-                    "device-plugin ConfigMap (devicePlugin.config.name), so the "
-                    "label selects nothing",
-                    "set devicePlugin.config.name in the base ClusterPolicy",
-                )
+            # devicePluginConfig with no ConfigMap to select from is GG082 (sharing_check.py)
             sandbox = _get(spec, "sandboxWorkloads", "enabled") is True
             if pool.workload not in (None, "container") and not sandbox:
                 yield _no_effect(

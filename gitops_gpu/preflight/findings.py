@@ -144,6 +144,14 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "GG071": (Severity.INFO, "when a stage with windows or a freeze next opens"),
     "GG061": (Severity.WARNING, "promtool is not installed: gate metric queries were not parsed"),
+    "GG080": (
+        Severity.ERROR,
+        "a device-plugin config the plugin would reject, or a setting it silently drops",
+    ),
+    "GG081": (Severity.WARNING, "a device-plugin config setting the plugin may not honour"),
+    "GG082": (Severity.ERROR, "a pool selects a device-plugin config key that exists nowhere"),
+    "GG083": (Severity.ERROR, "a pool's GPU sharing cannot work on its GPUs or MIG layout"),
+    "GG084": (Severity.ERROR, "a pool has its own device-plugin.yaml and names another config"),
 }
 
 

@@ -117,6 +117,7 @@ def inventory(
 
 
 def _objects(cluster: ClusterTarget) -> Iterator[tuple[str, Any]]:
+    yield from (("", cm) for cm in cluster.config_maps)
     yield "", cluster.cluster_policy
     for name in sorted(cluster.pools):
         yield name, cluster.pools[name].driver

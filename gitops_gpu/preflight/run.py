@@ -40,6 +40,7 @@ from gitops_gpu.preflight import (
     recipe_check,
     recipe_live,
     removals,
+    sharing_check,
     windows_check,
 )
 from gitops_gpu.preflight.disruption import Disruption, make_disruption
@@ -154,6 +155,9 @@ def run_preflight(
     findings += recipe_check.check(ctx, recipes_dir)
     env = {c: images.read_operator_env(cl) for c, cl in clients.items()} if clients else None
     findings += images.operand_images(repo, compiled, env)
+    findings += sharing_check.config_files(repo)
+    findings += sharing_check.keys(repo, compiled, clients)
+    findings += sharing_check.fit(repo, compiled)
     if clients:
         findings += live.dry_run(repo, compiled, clients)
 

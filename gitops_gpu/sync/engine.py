@@ -20,7 +20,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
-from gitops_gpu.sync import diff, labels, prune
+from gitops_gpu.sync import diff, labels, prune, sharing_keys
 from gitops_gpu.sync.live import LiveReader, selector_matches
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,13 @@ class Engine:
         if nodes is None:
             nodes = self.reader.nodes()
         cluster_objects: list[diff.ObjectDiff] = []
+        if selection.pools or selection.cluster_scoped:
+            # Before the ClusterPolicy that names them: the plugin pods mount them.
+            for cm in target.config_maps:
+                meta = cm["metadata"]
+                live_cm = self.reader.get("v1", "ConfigMap", meta["name"], meta["namespace"])
+                want = sharing_keys.desired(cm, live_cm, nodes, selection.pools, target.pools)
+                cluster_objects.append(self._diff(want, live_cm, None))
         if selection.cluster_scoped:
             cp = target.cluster_policy
             live_cp = self.reader.get(CP_API, CP_KIND, str(cp["metadata"]["name"]))

@@ -338,5 +338,7 @@ class LiveReader:
             self._listed[(api_version, kind)] = (version, now, objs)
         return dict(objs)
 
-    def get(self, api_version: str, kind: str, name: str) -> Obj | None:
-        return self.client.get(api_version, kind, name)
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        return self.client.get(api_version, kind, name, namespace)

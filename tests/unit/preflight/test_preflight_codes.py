@@ -292,7 +292,6 @@ def test_gg026_selector_on_managed_label(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("pool", "policy", "needle"),
     [
-        ({"devicePluginConfig": "ts"}, None, "devicePlugin.config.name"),
         ({"migConfig": "all-balanced", "disabledComponents": ["mig-manager"]}, None, "MIG manager"),
         ({"workload": "vm-passthrough"}, None, "sandboxWorkloads"),
         ({"maxUnavailable": 1}, {"driver": {"upgradePolicy": {"maxUnavailable": 3}}}, "replaced"),
@@ -578,6 +577,7 @@ def test_every_code_is_tested() -> None:
         + (Path(__file__).parent / "test_preflight_history.py").read_text()
         + (Path(__file__).parent / "test_preflight_recipes.py").read_text()
         + (Path(__file__).parent / "test_preflight_gates.py").read_text()
+        + (Path(__file__).parent / "test_preflight_sharing.py").read_text()
     )
     for code in CODES:
         assert f'"{code}"' in text.replace(f"test_{code.lower()}", ""), code
