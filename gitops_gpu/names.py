@@ -42,6 +42,8 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 WORKLOAD_CONFIG_LABEL = "nvidia.com/gpu.workload.config"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+# GFD: the driver the node runs (what the engine compares before a MIG relabel).
+DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
 UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"  # "true": the upgrade leaves the node be
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -2,9 +2,13 @@
 
 Signals: ``nvidia.com/device-plugin.config`` equals the pool's desired key; allocatable
 ``nvidia.com/gpu`` (or ``nvidia.com/gpu.shared`` when time-slicing renames it, or
-``nvidia.com/mig-*`` resources) is non-zero. Without MIG, fewer GPUs than ``gpu.count`` x
-``gpu.replicas`` means the plugin marked some unhealthy (Degraded); zero means it has not
-registered yet (Progressing).
+``nvidia.com/mig-*`` resources) is non-zero. When the pool's config is in the fleet repo, the
+node must advertise what it promises (fleet/sharing_promise.py): ``gpu.count`` x replicas of the
+resource, and GFD's ``gpu.replicas`` / ``gpu.sharing-strategy`` labels agreeing; a node that
+still does not, :data:`PLUGIN_GRACE_SECONDS` after its stage adopted the commit, is Degraded with
+the numbers (the config was applied but never took effect). Otherwise, without MIG, fewer GPUs
+than ``gpu.count`` x ``gpu.replicas`` means the plugin marked some unhealthy (Degraded); zero
+means it has not registered yet (Progressing).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, Options, RungResult, result
 from gitops_gpu.fleet.compiled import PoolTarget
+from gitops_gpu.fleet.sharing_promise import SharingPromise
 
 COMPONENT = "device-plugin"
 DEPLOY = "device-plugin"
@@ -23,6 +28,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+# The config manager restarts the plugin seconds after the node label changes; past this, a
+# node that advertises something else never took the config.
+PLUGIN_GRACE_SECONDS = 300.0
 
 
 def _int(value: object) -> int:
@@ -55,6 +64,9 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
         return result(COMPONENT, Health.PROGRESSING, "allocatable advertises no GPUs yet")
     mig_on = any((g.get("migMode") or {}).get("current") == "enabled" for g in ev.gpus)
     count = _int(ev.labels.get(names.GPU_COUNT_LABEL, 0))
+    promise = pool.device_plugin_promise
+    if promise is not None and desired and not mig_on and not mig and count:
+        return _kept(ev, promise, count, desired, opts)
     if not mig_on and not mig and count:
         replicas = max(_int(ev.labels.get(REPLICAS_LABEL, 1)), 1)
         if gpus < count * replicas:
@@ -68,3 +80,39 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     return result(
         COMPONENT, Health.HEALTHY, f"advertises {what}" + (f", config {actual}" if actual else "")
     )
+
+
+def _kept(
+    ev: NodeEvidence, promise: SharingPromise, count: int, key: str, opts: Options
+) -> RungResult:
+    """Does the node advertise what its fleet-repo config promises?"""
+    have = _int(ev.allocatable.get(promise.resource, 0))
+    want = count * promise.replicas
+    wrong = []
+    if have != want:
+        wrong.append(
+            f"allocatable {promise.resource} {have}, config {key} promises {count} GPUs x "
+            f"{promise.replicas} replicas = {want}"
+        )
+    for label, value in (
+        (REPLICAS_LABEL, str(promise.replicas)),
+        (STRATEGY_LABEL, promise.strategy),
+    ):
+        seen = ev.labels.get(label)
+        if seen is not None and seen != value:  # GFD's labels, where GFD runs
+            wrong.append(f"{label}={seen}, config {key} means {value}")
+    if not wrong:
+        return result(
+            COMPONENT,
+            Health.HEALTHY,
+            f"advertises {have} {promise.resource} ({promise.describe()})",
+        )
+    waited = ev.waited(opts.since)
+    if waited is not None and waited >= PLUGIN_GRACE_SECONDS:
+        return result(
+            COMPONENT,
+            Health.DEGRADED,
+            "; ".join(wrong) + f" ({int(waited)}s after the stage adopted it: the config "
+            "never took effect)",
+        )
+    return result(COMPONENT, Health.PROGRESSING, "; ".join(wrong) + " (plugin restarting)")

@@ -54,6 +54,14 @@ class NodeEvidence:
     def created(self) -> datetime | None:
         return timefmt.parse(self.node.get("metadata", {}).get("creationTimestamp"))
 
+    def waited(self, since: datetime | None) -> float | None:
+        """Seconds since ``since`` (the stage adopted the commit) or since the node joined, if
+        later: a node that joined since has waited only its own age. None without ``since``."""
+        if since is None:
+            return None
+        created = self.created
+        return (self.now - (max(since, created) if created else since)).total_seconds()
+
     def condition(self, kind: str) -> Obj | None:
         return next((c for c in self.conditions if c.get("type") == kind), None)
 

@@ -5,7 +5,10 @@ Signals: ``nvidia.com/mig.config`` equals the pool's profile; ``nvidia.com/mig.c
 pending. The profile ``all-disabled`` means MIG off, any other means MIG on for every GPU (true
 of the mig-parted default profiles; a custom profile that mixes modes per GPU would need the
 profile catalogue, which the ladder does not read). mig-manager runs only on MIG-capable nodes,
-so on others ``all-disabled`` holds trivially and anything else can never hold.
+so on others ``all-disabled`` holds trivially and anything else can never hold. A node still
+``pending`` or ``rebooting`` :data:`MIG_STUCK_SECONDS` after its stage adopted the commit (or
+after it joined) is Degraded: mig-manager wedges there (NVIDIA/gpu-operator#2833,
+NVIDIA/mig-parted#485) and waiting longer only holds the stage until its timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ DEPLOY = "mig-manager"
 MIG_DISABLED_PROFILE = "all-disabled"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 NOT_SUPPORTED = "not supported"
+# A reconfiguration (drain GPU clients, reset or reboot, re-create instances) takes minutes.
+MIG_STUCK_SECONDS = 1800.0
 
 
 def desired_mig_mode(profile: str) -> str:
@@ -63,6 +68,15 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     if state == "failed":
         return result(COMPONENT, Health.DEGRADED, f"mig.config.state=failed applying {profile}")
     if state != "success":
+        waited = ev.waited(opts.since)
+        if state in ("pending", "rebooting") and waited is not None and waited >= MIG_STUCK_SECONDS:
+            return result(
+                COMPONENT,
+                Health.DEGRADED,
+                f"mig.config.state={state} applying {profile} for {int(waited // 60)}m "
+                f"(bound {int(MIG_STUCK_SECONDS // 60)}m): mig-manager is stuck, see its "
+                "log on the node",
+            )
         return result(
             COMPONENT,
             Health.PROGRESSING,

@@ -15,7 +15,7 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import lowering, plain, policy, sharing, windows
+from gitops_gpu.fleet import lowering, plain, policy, sharing, sharing_promise, windows
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -218,7 +218,11 @@ def _compile_cluster(
     }
     if dp:
         for p, source in dp.sources.items():
-            pools[p] = replace(pools[p], device_plugin_file=source.doc.file)
+            pools[p] = replace(
+                pools[p],
+                device_plugin_file=source.doc.file,
+                device_plugin_promise=sharing_promise.promise(source.doc.data),
+            )
     return ClusterTarget(
         name=cname,
         context=context,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gitops_gpu.fleet.sharing_promise import SharingPromise
 from gitops_gpu.fleet.windows import Windows
 
 Manifest = Mapping[str, Any]
@@ -90,6 +91,8 @@ class PoolTarget:
     verify_new_nodes: bool = False
     # The fleet-repo file the pool's device-plugin config key was built from (fleet/sharing.py).
     device_plugin_file: str | None = None
+    # What that config promises the node advertises (the device-plugin rung checks it).
+    device_plugin_promise: SharingPromise | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import kube, names
-from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet
+from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget
 from gitops_gpu.sync import diff, labels, prune, sharing_keys
 from gitops_gpu.sync.live import LiveReader, selector_matches
 
@@ -75,6 +75,8 @@ class PoolPlan:
     node_count: int
     max_unavailable: int | str = "25%"
     selector: Mapping[str, str] = field(default_factory=dict)
+    # The pool's driver: a MIG relabel waits for it on each node (sync/labels.py).
+    driver_version: str | None = None
 
     @property
     def in_sync(self) -> bool:
@@ -222,6 +224,7 @@ class Engine:
                     len(members),
                     pool.max_unavailable,
                     dict(pool.node_selector),
+                    _managed_driver(pool),
                 )
             )
         orphans: list[diff.NodeLabelDiff] = []
@@ -339,7 +342,7 @@ class Engine:
         deadline = time.monotonic() + timeout
         members = self._pool_nodes(pool) if pending else []
         while pending:
-            batch = labels.next_batch(pending, members, pool.max_unavailable)
+            batch = labels.next_batch(pending, members, pool.max_unavailable, pool.driver_version)
             if batch:
                 self._patch_nodes(batch, commit)
                 batches.append([d.node for d in batch])
@@ -352,3 +355,10 @@ class Engine:
             time.sleep(0.2 if batch else 1.0)
             members = self._pool_nodes(pool)
         return batches, len(pending)
+
+
+def _managed_driver(pool: PoolTarget) -> str | None:
+    """The driver version the operator installs on the pool, None for a pre-installed one."""
+    if pool.node_labels.get(names.DEPLOY_LABEL_PREFIX + "driver") == "false":
+        return None
+    return pool.driver_version

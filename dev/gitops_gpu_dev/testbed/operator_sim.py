@@ -28,7 +28,16 @@ SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 VALIDATOR_ANN = f"{names.GROUP}/validator"
 # xid13: an application Xid only DCGM reports (the ladder ignores those): gate.metrics see it.
 # smoke-fail: smoke-test pods on the node exit 1 (testbed/smoke_fault.py), the node schedulable.
-FAULTS = ("upgrade-failed", "xid79", "not-ready", "mig-failed", "xid13", "smoke-fail")
+# plugin-stale: the node's device plugin never takes a new config (testbed/plugin_sim.py).
+FAULTS = (
+    "upgrade-failed",
+    "xid79",
+    "not-ready",
+    "mig-failed",
+    "xid13",
+    "smoke-fail",
+    "plugin-stale",
+)
 
 IDLE = ("", "upgrade-done")
 STEPS = (

@@ -25,7 +25,7 @@ from gitops_gpu.agent import publish
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync import slim
 from gitops_gpu.sync.live import selector_matches
-from gitops_gpu_dev.testbed import hosts
+from gitops_gpu_dev.testbed import hosts, plugin_sim
 from gitops_gpu_dev.testbed import operator_sim as sim
 from gitops_gpu_dev.testbed.nodes import KWOK_ANNOTATION
 
@@ -90,10 +90,12 @@ class Simulator:
             writes = self._operator_step(nodes, patches)
         else:
             writes = self._hosts_step(nodes, patches)
+        configs = plugin_sim.read_configs(self.client, self.operator_namespace)
         for node in nodes:
             name = node["metadata"]["name"]
             _merge(patches.setdefault(name, sim.NodePatch()), sim.mig_step(node))
             writes += self._fault_readiness(node)
+            writes += self._advertise(node, configs, patches[name])
         for name, patch in patches.items():
             if patch:
                 self.client.patch("v1", "Node", name, patch.as_merge_patch(), field_manager=MANAGER)
@@ -194,6 +196,23 @@ class Simulator:
             log.debug("status of %s/%s not written: %s", api[1], name, exc)
             return 0
         self._status[(api[1], name)] = state
+        return 1
+
+    def _advertise(self, node: Obj, configs: plugin_sim.Configs, patch: sim.NodePatch) -> int:
+        """The host's device plugin and GFD: allocatable and sharing labels from its config."""
+        labels, status = plugin_sim.node_step(node, configs, sim.fault(node))
+        patch.labels.update(labels)
+        if status is None:
+            return 0
+        self.client.request(
+            "PATCH",
+            f"/api/v1/nodes/{node['metadata']['name']}/status",
+            body=status,
+            content_type="application/merge-patch+json",
+        )
+        # the reports this tick see it, as they see the label patches
+        have = node.setdefault("status", {})
+        have["allocatable"] = {**(have.get("allocatable") or {}), **status["status"]["allocatable"]}
         return 1
 
     def _fault_readiness(self, node: Obj) -> int:

@@ -17,6 +17,7 @@ from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.validator import VALIDATION_ANNOTATION
 from gitops_gpu.fleet.compiled import PoolTarget, UnavailableNodes
+from gitops_gpu.fleet.sharing_promise import SharingPromise
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 DRIVER = "580.126.20"
@@ -58,6 +59,7 @@ def pool(
     extra_labels: Mapping[str, str] | None = None,
     max_unavailable: int | str = 1,
     unavailable_nodes: UnavailableNodes = "skip",
+    device_plugin_promise: SharingPromise | None = None,
 ) -> PoolTarget:
     labels = {"gitops-gpu.io/pool": name, **(extra_labels or {})}
     if mig_config:
@@ -80,6 +82,7 @@ def pool(
         },
         driver_version=driver_version,
         unavailable_nodes=unavailable_nodes,
+        device_plugin_promise=device_plugin_promise,
     )
 
 

@@ -12,6 +12,7 @@ from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet.compile import compile_checked, compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
+from gitops_gpu.fleet.sharing_promise import SharingPromise
 from gitops_gpu_dev import paths
 
 EXAMPLE = paths.fleet_example()
@@ -81,10 +82,18 @@ def test_node_labels(example: Any) -> None:
         names.POOL_LABEL: "train-h100",
         names.MIG_CONFIG_LABEL: "all-balanced",
     }
-    assert example.pool("infer-l40s").node_labels == {
-        names.POOL_LABEL: "infer-l40s",
-        names.DEVICE_PLUGIN_CONFIG_LABEL: "l40s-time-sliced-4",
-    }
+    labels = example.pool("infer-l40s").node_labels
+    key = labels[names.DEVICE_PLUGIN_CONFIG_LABEL]
+    assert labels == {names.POOL_LABEL: "infer-l40s", names.DEVICE_PLUGIN_CONFIG_LABEL: key}
+    # configs/device-plugin/l40s-time-sliced-4.yaml, under the pool's versioned key
+    (cm,) = example.clusters["default"].config_maps
+    assert key.startswith("infer-l40s-") and set(cm["data"]) == {key}
+    assert "replicas: 4" in cm["data"][key]
+    promised = example.pool("infer-l40s").device_plugin_promise
+    assert promised == SharingPromise("time-slicing", "nvidia.com/gpu", 4)
+    assert example.pool("train-h100").device_plugin_promise is None
+    policy = example.clusters["default"].cluster_policy["spec"]["devicePlugin"]
+    assert policy["config"] == {"name": cm["metadata"]["name"]}
 
 
 def test_workload_and_disabled_components(tmp_path: Path) -> None:

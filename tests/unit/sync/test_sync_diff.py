@@ -92,3 +92,27 @@ def test_batch_counts_busy_nodes_against_max_unavailable() -> None:
     assert len(batch) == 3  # 5 allowed, 2 already reconfiguring
     assert [d.node for d in batch] == ["n00", "n01", "n02"]
     assert labels.next_batch(diffs, [_node(f"b{i}", busy=True) for i in range(20)], 5) == []
+
+
+def _on_driver(name: str, version: str, state: str = "upgrade-done") -> dict[str, Any]:
+    node = _node(name)
+    node["metadata"]["labels"].update(
+        {names.DRIVER_VERSION_LABEL: version, names.UPGRADE_STATE_LABEL: state}
+    )
+    return node
+
+
+def test_a_mig_change_waits_until_the_node_runs_the_pools_driver() -> None:
+    nodes = [
+        _on_driver("old", "570.195.03"),
+        _on_driver("upgrading", "570.195.03", "pod-restart-required"),
+        _on_driver("done", "580.126.20"),
+    ]
+    mig = {names.MIG_CONFIG_LABEL: "all-1g.10gb"}
+    diffs = [diff.diff_node_labels(n, mig, "p") for n in nodes]
+    batch = labels.next_batch(diffs, nodes, 3, "580.126.20")
+    assert [d.node for d in batch] == ["done"]  # driver first: the others keep their layout
+    # a pool whose driver does not change relabels at once; other labels never wait
+    assert [d.node for d in labels.next_batch(diffs[:1], nodes[:1], 3, "570.195.03")] == ["old"]
+    plugin = [diff.diff_node_labels(n, {names.DEVICE_PLUGIN_CONFIG_LABEL: "k"}, "p") for n in nodes]
+    assert len(labels.next_batch(plugin, nodes, 3, "580.126.20")) == 3
