@@ -5,8 +5,10 @@ A real local control plane with fake GPU nodes for fleet-repo-example's pools, t
 hosts (NVML reports, MIG manager, faults), a local fleet repo (a bare remote plus a clone to
 commit from), and the controller. The story: the fleet rolls out, a driver bump goes canary →
 inference → training (the training gate's approval, asked before anything of the bump
-reaches the training pools, is given as a person would, with `gitops-gpu approve`), then a
-bump whose canary upgrade fails halts at canary and never reaches the later stages.
+reaches the training pools, is given as a person would, with `gitops-gpu approve`), a
+time-slicing change reaches only the inference pool's nodes, when its stage adopts it
+(demo_sharing.py), then a bump whose canary upgrade fails halts at canary and never reaches the
+later stages.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gitops_gpu.controller import Config, Controller
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.rollout.status import CommitStatus, approval_context, stage_context
-from gitops_gpu_dev import paths
+from gitops_gpu_dev import demo_sharing, paths
 from gitops_gpu_dev.demo_trust import DemoTrust
 from gitops_gpu_dev.testbed import operator, session, simulator
 from gitops_gpu_dev.testbed import operator_sim as sim
@@ -219,6 +221,7 @@ def run(
         ok = ok and _wait(
             show, bump, lambda: _all_success(show, bump, stages), 240, lambda: approve(bump, stages)
         )
+        ok = _sharing_change(repo, ctl, show, tb, stages, approve, say) and ok
         say("\n== a bump whose upgrade fails on the canary nodes (fault injected)")
         for node in tb.client.list("v1", "Node")["items"]:
             if node["metadata"]["name"].startswith("canary-"):
@@ -254,6 +257,35 @@ def run(
         sim_.stop()
         if not keep:
             session.stop(workdir / "testbed")
+
+
+def _sharing_change(
+    repo: DemoRepo,
+    ctl: Controller,
+    show: Show,
+    tb: session.Testbed,
+    stages: list[str],
+    approve: Callable[[str, list[str]], None],
+    say: Say,
+) -> bool:
+    say(
+        f"\n== {demo_sharing.POOL}: time-slicing 4 -> {demo_sharing.REPLICAS} replicas per GPU "
+        f"(configs/device-plugin/{demo_sharing.NEW_CONFIG}.yaml)"
+    )
+    watch = demo_sharing.Watch(tb.client)
+    watch.begin()
+    repo.edit_yaml(f"nodepools/{demo_sharing.POOL}/pool.yaml", demo_sharing.switch_config)
+    sha = repo.commit(f"{demo_sharing.POOL}: {demo_sharing.NEW_CONFIG}")
+    ctl.trigger()
+
+    def tick() -> None:
+        approve(sha, stages)
+        watch.sample({s: _state(show, sha, s) for s in stages})
+
+    done = _wait(show, sha, lambda: _all_success(show, sha, stages), 240, tick)
+    compiled = compile_fleet(load_repo(repo.work), sha)
+    stage_of = {p: s.name for s in compiled.stages for p in s.pools}
+    return watch.report(stages, stage_of, say) and done
 
 
 def _state(show: Show, sha: str, stage: str) -> str | None:

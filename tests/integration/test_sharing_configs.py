@@ -98,11 +98,15 @@ def test_a_repo_config_is_applied_and_a_change_moves_the_pool_to_a_new_key(
     )
 
 
-def _rungs(tb: Testbed, work: Path, since: datetime) -> dict[str, tuple[Health, str]]:
+def _rungs(tb: Testbed, work: Path, later: float = 0.0) -> dict[str, tuple[Health, str]]:
+    """The device-plugin rung per node, judged ``later`` seconds after the stage adopted now
+    (the nodes are seconds old: judged now, they are still in their grace)."""
     target = compile_fleet(load_repo(work), "0" * 40).pool(POOL)
+    adopted = datetime.now(UTC)
+    now = adopted + timedelta(seconds=later)
     out = {}
-    for ev in read_pool_evidence(tb.client, target):
-        got = device_plugin.check(ev, target, Options(since=since))
+    for ev in read_pool_evidence(tb.client, target, now=now):
+        got = device_plugin.check(ev, target, Options(since=adopted))
         out[ev.name] = (got.health, got.reason)
     return out
 
@@ -128,13 +132,12 @@ def test_the_node_must_advertise_what_the_config_promises(
     sim = Simulator(tb.client, tick=0.1)  # stepped here: the hosts' device plugins and GFD
     apply = ("apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
     assert main(list(apply)) == 0, capsys.readouterr().err
-    long_ago = datetime.now(UTC) - timedelta(hours=1)
     work = fleet_remote.work
     # 4 L40S GPUs x 4 replicas, as the hosts derive it from the ConfigMap the operator mounts
     _until(
         sim,
         "infer-l40s nodes advertise 16 nvidia.com/gpu",
-        lambda: all(h is Health.HEALTHY for h, _ in _rungs(tb, work, long_ago).values()),
+        lambda: all(h is Health.HEALTHY for h, _ in _rungs(tb, work, 600).values()),
     )
     node = tb.client.get("v1", "Node", f"{POOL}-000")
     assert node is not None and node["status"]["allocatable"]["nvidia.com/gpu"] == "16"
@@ -148,11 +151,11 @@ def test_the_node_must_advertise_what_the_config_promises(
     _until(
         sim,
         "the healthy host advertises 32",
-        lambda: _rungs(tb, work, long_ago)[f"{POOL}-000"][0] is Health.HEALTHY,
+        lambda: _rungs(tb, work, 600)[f"{POOL}-000"][0] is Health.HEALTHY,
     )
-    health, reason = _rungs(tb, work, long_ago)[f"{POOL}-001"]
+    health, reason = _rungs(tb, work, 600)[f"{POOL}-001"]
     assert health is Health.DEGRADED, reason
     assert "allocatable nvidia.com/gpu 16" in reason and "4 GPUs x 8 replicas = 32" in reason
     assert "gpu.replicas=4, config" in reason
     # right after adoption the same facts are still "restarting", not a failure
-    assert _rungs(tb, work, datetime.now(UTC))[f"{POOL}-001"][0] is Health.PROGRESSING
+    assert _rungs(tb, work)[f"{POOL}-001"][0] is Health.PROGRESSING
