@@ -126,5 +126,7 @@ def _clean(tb: session.Testbed) -> None:
     # read as rewritten history. (The seal key Secret may stay: any key seals.)
     for item in tb.client.list("v1", "ConfigMap")["items"]:
         meta = item["metadata"]
-        if meta["name"].startswith(("gitops-gpu-ledger", "gitops-gpu-device-plugin")):
+        if meta["name"].startswith(
+            ("gitops-gpu-ledger", "gitops-gpu-device-plugin", "gitops-gpu-mig-parted")
+        ):
             tb.client.delete("v1", "ConfigMap", meta["name"], meta["namespace"])

@@ -17,7 +17,7 @@ from gitops_gpu import names
 from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Options
-from gitops_gpu.components.mig_manager import NOT_SUPPORTED, desired_mig_mode
+from gitops_gpu.components.mig_manager import NOT_SUPPORTED, pool_mig_mode
 from gitops_gpu.fleet.compiled import PoolTarget
 
 
@@ -67,8 +67,8 @@ def node_drift(
         out.append(drift("driverVersion", pool.driver_version, actual_driver))
     profile = pool.mig_config or ev.labels.get(names.MIG_CONFIG_LABEL)
     ok_gpus = [g for g in ev.gpus if g.get("state") == "ok"]
-    if profile:
-        want = desired_mig_mode(profile)
+    want = pool_mig_mode(pool, profile) if profile else None
+    if profile and want is not None:
         modes = [(g.get("migMode") or {}).get("current") for g in ok_gpus]
         wrong = [m for m in modes if m != want and not (m == NOT_SUPPORTED and want == "disabled")]
         if wrong:

@@ -32,6 +32,16 @@ def desired_mig_mode(profile: str) -> str:
     return "disabled" if profile == MIG_DISABLED_PROFILE else "enabled"
 
 
+def pool_mig_mode(pool: PoolTarget, profile: str) -> str | None:
+    """The MIG mode the pool's layout sets: from its fleet-repo layout when it has one (None
+    when that mixes modes per device: not checked per GPU), else from the profile name."""
+    if pool.mig_layout_file is not None and pool.mig_config == profile:
+        if pool.mig_enabled is None:
+            return None
+        return "enabled" if pool.mig_enabled else "disabled"
+    return desired_mig_mode(profile)
+
+
 def _mig_capable(ev: NodeEvidence) -> bool:
     if ev.labels.get(MIG_CAPABLE_LABEL) == "false":
         return False
@@ -45,7 +55,7 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
         return result(
             COMPONENT, Health.HEALTHY, "skipped: the pool sets no MIG profile", skipped=True
         )
-    want = desired_mig_mode(profile)
+    want = pool_mig_mode(pool, profile)
     if not _mig_capable(ev):
         if want == "disabled":
             return result(
@@ -101,11 +111,11 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
                 Health.PROGRESSING,
                 f"GPU {gpu.get('index')} MIG {current}, pending {pending} (needs a GPU reset)",
             )
-        if current != want:
+        if want is not None and current != want:
             return result(
                 COMPONENT,
                 Health.PROGRESSING,
                 f"mig.config.state=success but NVML shows MIG {current} on GPU "
                 f"{gpu.get('index')}, {profile} needs {want}",
             )
-    return result(COMPONENT, Health.HEALTHY, f"{profile} applied, MIG {want}")
+    return result(COMPONENT, Health.HEALTHY, f"{profile} applied, MIG {want or 'per device'}")

@@ -15,7 +15,15 @@ from typing import Any
 
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import lowering, plain, policy, sharing, sharing_promise, windows
+from gitops_gpu.fleet import (
+    lowering,
+    mig_layouts,
+    plain,
+    policy,
+    sharing,
+    sharing_promise,
+    windows,
+)
 from gitops_gpu.fleet.compiled import (
     ClusterTarget,
     CompiledFleet,
@@ -212,10 +220,16 @@ def _compile_cluster(
     # pool.yaml's own settings win over a lowered ClusterPolicy value (GG027 says so).
     labels = {p: {**lowered.labels[p], **node_labels(repo.pools[p])} for p in pool_names}
     dp = device_plugin_configs(repo, pool_names, labels, spec, namespace)
+    mig = mig_layout_configs(repo, pool_names, labels, spec, namespace)
     pools = {
         p: _pool_target(repo.pools[p], cname, repo.stage_of(p), docs[p], commit, labels[p])
         for p in pool_names
     }
+    if mig:
+        for p, source in mig.sources.items():
+            pools[p] = replace(
+                pools[p], mig_layout_file=source.doc.file, mig_enabled=mig.enabled[p]
+            )
     if dp:
         for p, source in dp.sources.items():
             pools[p] = replace(
@@ -228,7 +242,7 @@ def _compile_cluster(
         context=context,
         cluster_policy=cluster_policy,
         pools=pools,
-        config_maps=(dp.configmap,) if dp else (),
+        config_maps=tuple(c.configmap for c in (dp, mig) if c is not None),
     ), conflicts
 
 
@@ -263,6 +277,36 @@ def device_plugin_configs(
     if isinstance(default, str) and default and default not in repo.device_plugin_configs:
         named["default"] = default  # a key of no fleet-repo config: preflight says so
     spec.setdefault("devicePlugin", {})["config"] = named
+    return compiled
+
+
+def mig_layout_configs(
+    repo: FleetRepo,
+    pool_names: list[str],
+    labels: dict[str, dict[str, str]],
+    spec: dict[str, Any],
+    namespace: str,
+) -> mig_layouts.Compiled | None:
+    """Pools whose MIG layout is in the fleet repo get a versioned layout of the cluster's one
+    mig-parted ConfigMap (fleet/mig_layouts.py); the ClusterPolicy names that ConfigMap.
+    ``labels`` and ``spec`` are updated in place."""
+    sources: dict[str, sharing.ConfigSource] = {}
+    for p in pool_names:
+        src = repo.pools[p]
+        if src.mig_layout_doc is not None:
+            sources[p] = sharing.ConfigSource(p, src.mig_layout_doc)
+            continue
+        name = labels[p].get(names.MIG_CONFIG_LABEL)
+        if name and name in repo.mig_layouts:
+            sources[p] = sharing.ConfigSource(name, repo.mig_layouts[name])
+    manager = spec.get("migManager")
+    compiled = mig_layouts.build(sources, namespace)
+    if compiled is None or (manager is not None and not isinstance(manager, dict)):
+        return None  # nothing in the repo, or an ill-typed migManager: the schema says it
+    for p, key in compiled.keys.items():
+        labels[p][names.MIG_CONFIG_LABEL] = key
+    config = {"name": mig_layouts.CONFIGMAP_NAME, "default": mig_layouts.DISABLED}
+    spec.setdefault("migManager", {})["config"] = config
     return compiled
 
 

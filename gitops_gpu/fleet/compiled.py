@@ -93,6 +93,10 @@ class PoolTarget:
     device_plugin_file: str | None = None
     # What that config promises the node advertises (the device-plugin rung checks it).
     device_plugin_promise: SharingPromise | None = None
+    # The fleet-repo file the pool's MIG layout was built from (fleet/mig_layouts.py), and the
+    # MIG mode it sets (None: it differs per device, or the layout is the catalogue's).
+    mig_layout_file: str | None = None
+    mig_enabled: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gitops_gpu.errors import FleetError
-from gitops_gpu.fleet import plain, sharing
+from gitops_gpu.fleet import mig_layouts, plain, sharing
 from gitops_gpu.fleet.merge import merge, merge_into, prune_nulls
 from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool, check_label_value
 from gitops_gpu.fleet.problems import (
@@ -42,7 +42,7 @@ FLEET_FILE = "fleet.yaml"
 POOLS_DIR = "nodepools"
 POOL_FILE = "pool.yaml"
 POLICY_FILE = "clusterpolicy.yaml"
-POOL_FILES = (POOL_FILE, POLICY_FILE, sharing.DEVICE_PLUGIN_FILE)
+POOL_FILES = (POOL_FILE, POLICY_FILE, sharing.DEVICE_PLUGIN_FILE, mig_layouts.MIG_FILE)
 
 M = TypeVar("M", bound=BaseModel)
 __all__ = ["FleetRepo", "PoolSource", "RepoError", "RepoLoadError", "load_repo"]
@@ -55,6 +55,7 @@ class PoolSource:
     pool_doc: Document
     policy_doc: Document | None
     device_plugin_doc: Document | None = None  # nodepools/<pool>/device-plugin.yaml
+    mig_layout_doc: Document | None = None  # nodepools/<pool>/mig-config.yaml
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class FleetRepo:
     pools: dict[str, PoolSource] = field(default_factory=dict)
     # configs/device-plugin/<name>.yaml by name (fleet/sharing.py)
     device_plugin_configs: dict[str, Document] = field(default_factory=dict)
+    # configs/mig/<name>.yaml by name (fleet/mig_layouts.py)
+    mig_layouts: dict[str, Document] = field(default_factory=dict)
 
     def stage_of(self, pool: str) -> str:
         for stage in self.fleet.spec.stages:
@@ -116,18 +119,21 @@ def load_repo(path: Path) -> FleetRepo:
     fleet = _validate(Fleet, fleet_doc, errors) if fleet_doc else None
     base_doc = _load_base(root, fleet, fleet_doc, errors) if fleet and fleet_doc else None
     pools = dict(_load_pools(root, base_doc, errors))
-    configs = dict(_load_configs(root, errors))
+    configs = dict(_load_configs(root, sharing.CONFIGS_DIR, errors))
+    layouts = dict(_load_configs(root, mig_layouts.CONFIGS_DIR, errors))
     if fleet is None or fleet_doc is None:
         raise RepoLoadError(errors)
     _check_stages(fleet, fleet_doc, pools, errors)
     _check_clusters(fleet, fleet_doc, pools, errors)
     if errors:
         raise RepoLoadError(errors)
-    return FleetRepo(root, fleet, fleet_doc, base_doc, pools, configs)
+    return FleetRepo(root, fleet, fleet_doc, base_doc, pools, configs, layouts)
 
 
-def _load_configs(root: Path, errors: list[RepoError]) -> Iterator[tuple[str, Document]]:
-    folder = root / sharing.CONFIGS_DIR
+def _load_configs(
+    root: Path, where: str, errors: list[RepoError]
+) -> Iterator[tuple[str, Document]]:
+    folder = root / where
     if not folder.is_dir():
         return
     for path in sorted(folder.iterdir()):
@@ -136,11 +142,10 @@ def _load_configs(root: Path, errors: list[RepoError]) -> Iterator[tuple[str, Do
             if path.suffix == ".json" or path.is_dir():
                 errors.append(
                     RepoError(
-                        f"{path.name} in {sharing.CONFIGS_DIR}/ is not read: configs there are "
-                        "<name>.yaml files",
+                        f"{path.name} in {where}/ is not read: configs there are <name>.yaml files",
                         code=REF_CODE,
                         file=rel,
-                        fix=f"write it as {sharing.CONFIGS_DIR}/<name>.yaml",
+                        fix=f"write it as {where}/<name>.yaml",
                     )
                 )
             continue
@@ -333,9 +338,11 @@ def _load_pools(
             continue
         dp_path = folder / sharing.DEVICE_PLUGIN_FILE
         dp_doc = _load(dp_path, root, errors, required=False)
-        if dp_path.exists() and dp_doc is None:
+        mig_path = folder / mig_layouts.MIG_FILE
+        mig_doc = _load(mig_path, root, errors, required=False)
+        if (dp_path.exists() and dp_doc is None) or (mig_path.exists() and mig_doc is None):
             continue
-        yield folder.name, PoolSource(folder.name, pool, pool_doc, policy_doc, dp_doc)
+        yield folder.name, PoolSource(folder.name, pool, pool_doc, policy_doc, dp_doc, mig_doc)
 
 
 def _check_stages(

@@ -152,6 +152,15 @@ CODES: dict[str, tuple[Severity, str]] = {
     "GG082": (Severity.ERROR, "a pool selects a device-plugin config key that exists nowhere"),
     "GG083": (Severity.ERROR, "a pool's GPU sharing cannot work on its GPUs or MIG layout"),
     "GG084": (Severity.ERROR, "a pool has its own device-plugin.yaml and names another config"),
+    "GG085": (Severity.ERROR, "a MIG layout file mig-parted would reject or misread"),
+    "GG086": (
+        Severity.WARNING,
+        "a MIG layout places more of a profile on one GPU than any catalogue layout",
+    ),
+    "GG087": (
+        Severity.ERROR,
+        "a pool selects a MIG layout missing from the repo-built MIG ConfigMap",
+    ),
 }
 
 

@@ -43,6 +43,8 @@ class Matrix:
     auto_source: str
     mig_profiles: dict[str, dict[str, Any]]
     mig_source: str
+    mig_devices: dict[str, dict[str, int]]  # MIG model -> device profile -> most per GPU
+    mig_models_pci: dict[str, tuple[str, ...]]  # MIG model -> its PCI device IDs
     cuda: dict[int, dict[str, Any]]  # CUDA major -> minimum driver row
     operator_releases: dict[str, dict[str, Any]]  # "v25.10.1" -> default driver row
 
@@ -65,6 +67,8 @@ def load_matrix() -> Matrix:
         auto_source=auto["source"],
         mig_profiles={p["name"]: p for p in mig["profiles"]},
         mig_source=mig["source_file"],
+        mig_devices={m: {str(d): int(n) for d, n in v.items()} for m, v in mig["devices"].items()},
+        mig_models_pci={m: tuple(v["pci_device_ids"]) for m, v in mig["models"].items()},
         cuda={int(c["major"]): c for c in vm["cuda"]},
         operator_releases={str(r["release"]): r for r in vm["gpu_operator_releases"]},
     )

@@ -21,7 +21,7 @@ from typing import Any
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
-from gitops_gpu.fleet import export
+from gitops_gpu.fleet import export, mig_layouts
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
@@ -35,6 +35,7 @@ from gitops_gpu.preflight import (
     images,
     live,
     matrix,
+    mig_layout_check,
     operand_checks,
     promql,
     recipe_check,
@@ -158,6 +159,7 @@ def run_preflight(
     findings += sharing_check.config_files(repo)
     findings += sharing_check.keys(repo, compiled, clients)
     findings += sharing_check.fit(repo, compiled)
+    findings += mig_layout_check.config_files(repo)
     if clients:
         findings += live.dry_run(repo, compiled, clients)
 
@@ -236,8 +238,11 @@ def _matrix(
             )
             or ""
         )
-        if custom_mig == names.DEFAULT_MIG_CONFIGMAP:
-            custom_mig = ""  # naming the operator's own ConfigMap is the default catalogue
+        if custom_mig in (names.DEFAULT_MIG_CONFIGMAP, mig_layouts.CONFIGMAP_NAME):
+            # the operator's own ConfigMap is the default catalogue; ours holds the repo's
+            # layouts, checked by mig_layout_check, and a catalogue name missing from it is
+            # GG087
+            custom_mig = ""
         for name, target in sorted(cluster.pools.items()):
             src = repo.pools[name]
             if cluster.name in nodes:
@@ -268,8 +273,9 @@ def _matrix(
             issues = matrix.check_driver(
                 DriverSettings.from_spec(dict(target.driver["spec"])), gpus, today
             )
-            if target.mig_config:
+            if target.mig_config and target.mig_layout_file is None:
                 issues += matrix.check_mig(target.mig_config, gpus, custom_mig)
+            out += mig_layout_check.pool_findings(repo, cluster, target, gpus)
             if src.model.spec.gpu.cuda:
                 issues += compat.check_cuda(src.model.spec.gpu.cuda, target.driver_version)
             release = compat.operator_version(repo, cluster.name)

@@ -210,7 +210,11 @@ def _fit(target: PoolTarget, doc: Document, cluster: ClusterTarget) -> Iterator[
     if active is None:
         return
     strategy, resources = active
-    mig_on = target.mig_config not in MIG_OFF
+    mig_on = (
+        target.mig_enabled is not False
+        if target.mig_layout_file
+        else target.mig_config not in MIG_OFF
+    )
     mig_strategy = _strategy(doc.data, cluster)
     if strategy == "mps" and mig_on:
         yield (

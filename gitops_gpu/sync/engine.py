@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.fleet import mig_layouts
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget
-from gitops_gpu.sync import diff, labels, prune, sharing_keys
+from gitops_gpu.sync import diff, labels, mig_keys, prune, sharing_keys
 from gitops_gpu.sync.live import LiveReader, selector_matches
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,12 @@ class Engine:
             for cm in target.config_maps:
                 meta = cm["metadata"]
                 live_cm = self.reader.get("v1", "ConfigMap", meta["name"], meta["namespace"])
-                want = sharing_keys.desired(cm, live_cm, nodes, selection.pools, target.pools)
+                keep = (
+                    mig_keys.desired
+                    if meta["name"] == mig_layouts.CONFIGMAP_NAME
+                    else sharing_keys.desired
+                )
+                want = keep(cm, live_cm, nodes, selection.pools, target.pools)
                 cluster_objects.append(self._diff(want, live_cm, None))
         if selection.cluster_scoped:
             cp = target.cluster_policy

@@ -578,6 +578,7 @@ def test_every_code_is_tested() -> None:
         + (Path(__file__).parent / "test_preflight_recipes.py").read_text()
         + (Path(__file__).parent / "test_preflight_gates.py").read_text()
         + (Path(__file__).parent / "test_preflight_sharing.py").read_text()
+        + (Path(__file__).parent / "test_preflight_mig_layouts.py").read_text()
     )
     for code in CODES:
         assert f'"{code}"' in text.replace(f"test_{code.lower()}", ""), code

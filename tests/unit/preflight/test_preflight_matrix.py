@@ -237,3 +237,37 @@ def test_every_matrix_issue_carries_its_source(product: str, driver: DriverSetti
     assert len({i.code for i in issues}) >= 2
     for issue in issues:
         assert issue.source, issue
+
+
+def test_mig_device_profiles_are_those_of_the_catalogue_layouts() -> None:
+    """Per model, every device profile a catalogue layout places and the most it places on one
+    GPU: derived here from upstream's layouts, independently of the data file."""
+    layouts = parse_single("config-default.yaml", MIG_DEFAULT.read_text()).data["mig-configs"]
+    m = matrix.load_matrix()
+    by_id = {
+        i.lower(): model
+        for model, ids in (
+            (name, row["pci_device_ids"])
+            for name, row in parse_single(
+                "m", (Path(matrix.__file__).parents[1] / "data" / "mig_profiles.yaml").read_text()
+            )
+            .data["models"]
+            .items()
+        )
+        for i in ids
+    }
+    want: dict[str, dict[str, int]] = {}
+    for name, entries in layouts.items():
+        for entry in entries:
+            found = entry.get("device-filter")
+            if found:
+                ids = [found] if isinstance(found, str) else found
+                models = {by_id[i.lower()] for i in ids if i.lower() in by_id}
+            else:
+                models = {x for x in m.mig_profiles[name]["models"] if x != "*"}
+            for model in models:
+                for device, count in (entry.get("mig-devices") or {}).items():
+                    have = want.setdefault(model, {})
+                    have[device] = max(have.get(device, 0), int(count))
+    assert m.mig_devices == want
+    assert m.mig_devices["H100-80GB"]["1g.10gb"] == 7 and m.mig_devices["A30-24GB"]["1g.6gb"] == 4
