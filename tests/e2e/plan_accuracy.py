@@ -66,7 +66,8 @@ CHANGES: list[tuple[str, Callable[[Path], None]]] = [
     (
         "MIG profile change",
         _edit_yaml(
-            "nodepools/train-h100/pool.yaml", lambda d: d["spec"].update(migConfig="all-1g.10gb")
+            "configs/mig/h100-train-mix.yaml",
+            lambda d: d["mig-configs"]["h100-train-mix"][0].update({"mig-devices": {"1g.10gb": 7}}),
         ),
     ),
     ("comment only", _comment),

@@ -65,13 +65,13 @@ def test_a_repo_layout_is_applied_and_a_change_moves_the_pool_to_a_new_layout(
     )
     made = nodes.create_pool_nodes(tb.client, nodes.read_pool_shapes(fleet_remote.work), 1)
     nodes.wait_ready(tb.client, made)
-    fleet_remote.commit("train-h100: a custom layout", _layout(2))
+    # fleet-repo-example holds configs/mig/h100-train-mix.yaml, which train-h100 selects
     apply = ("apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
     assert main(list(apply)) == 0, capsys.readouterr().err
     (key,) = _labels(tb)
     assert key.startswith(POOL + "-")
     assert set(_layouts(tb)) == {"all-disabled", key}
-    assert _layouts(tb)[key][0]["mig-devices"] == {"1g.10gb": 2, "3g.40gb": 1}
+    assert _layouts(tb)[key][0]["mig-devices"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     cp = tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
     assert cp is not None
     assert cp["spec"]["migManager"]["config"] == {

@@ -78,15 +78,16 @@ def test_cluster_policy_keeps_only_agreed_upgrade_settings(example: Any) -> None
 
 
 def test_node_labels(example: Any) -> None:
-    assert example.pool("train-h100").node_labels == {
-        names.POOL_LABEL: "train-h100",
-        names.MIG_CONFIG_LABEL: "all-balanced",
-    }
+    h100 = example.pool("train-h100")
+    layout = h100.node_labels[names.MIG_CONFIG_LABEL]  # configs/mig/h100-train-mix.yaml
+    assert h100.node_labels == {names.POOL_LABEL: "train-h100", names.MIG_CONFIG_LABEL: layout}
+    assert layout.startswith("train-h100-") and h100.mig_enabled is True
+    assert example.pool("canary").node_labels[names.MIG_CONFIG_LABEL] == "all-disabled"
     labels = example.pool("infer-l40s").node_labels
     key = labels[names.DEVICE_PLUGIN_CONFIG_LABEL]
     assert labels == {names.POOL_LABEL: "infer-l40s", names.DEVICE_PLUGIN_CONFIG_LABEL: key}
     # configs/device-plugin/l40s-time-sliced-4.yaml, under the pool's versioned key
-    (cm,) = example.clusters["default"].config_maps
+    cm, _mig = example.clusters["default"].config_maps
     assert key.startswith("infer-l40s-") and set(cm["data"]) == {key}
     assert "replicas: 4" in cm["data"][key]
     promised = example.pool("infer-l40s").device_plugin_promise

@@ -79,6 +79,7 @@ def test_compile_writes_one_file_per_object(tmp_path: Path) -> None:
     assert files == [
         "default/clusterpolicy-cluster-policy.yaml",
         "default/configmap-gitops-gpu-device-plugin-config.yaml",
+        "default/configmap-gitops-gpu-mig-parted-config.yaml",
         "default/node-labels/canary.yaml",
         "default/node-labels/infer-l40s.yaml",
         "default/node-labels/train-b200.yaml",
