@@ -13,6 +13,8 @@ POOL_ANNOTATION = f"{GROUP}/pool"
 STAGE_ANNOTATION = f"{GROUP}/stage"
 # On nodes: which label keys gitops-gpu set (so it never removes labels it did not set).
 MANAGED_LABELS_ANNOTATION = f"{GROUP}/managed-labels"
+# When gitops-gpu last changed a node's MIG or sharing labels: the ladder's grace starts there.
+RELABELLED_ANNOTATION = f"{GROUP}/relabelled-at"
 # On nodes: the pool that owns the node, set by gitops-gpu with the pool's labels.
 POOL_LABEL = f"{GROUP}/pool"
 # On nodes of pools with verifyNewNodes: NoSchedule until the ladder verified the node on the

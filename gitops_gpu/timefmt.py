@@ -22,3 +22,8 @@ def epoch(value: Any) -> float:
     """Seconds since the epoch; 0.0 when ``value`` is not a timestamp."""
     when = parse(value)
     return when.timestamp() if when is not None else 0.0
+
+
+def stamp(when: datetime | None = None) -> str:
+    """``when`` (default now) as RFC 3339 in UTC, to the second."""
+    return (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

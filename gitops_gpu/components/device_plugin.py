@@ -6,7 +6,9 @@ Signals: ``nvidia.com/device-plugin.config`` equals the pool's desired key; allo
 node must advertise what it promises (fleet/sharing_promise.py): ``gpu.count`` x replicas of the
 resource, and GFD's ``gpu.replicas`` / ``gpu.sharing-strategy`` labels agreeing; a node that
 still does not, :data:`PLUGIN_GRACE_SECONDS` after its stage adopted the commit, is Degraded with
-the numbers (the config was applied but never took effect). Otherwise, without MIG, fewer GPUs
+the numbers (the config was applied but never took effect). A fleet-repo MIG layout, once
+mig-manager reports success, promises its MIG devices per GPU as the cluster's mig.strategy names
+them (fleet/mig_layouts.py); bounded like a MIG reconfiguration. Otherwise, without MIG, fewer GPUs
 than ``gpu.count`` x ``gpu.replicas`` means the plugin marked some unhealthy (Degraded); zero
 means it has not registered yet (Progressing).
 """
@@ -19,6 +21,7 @@ from gitops_gpu import names
 from gitops_gpu.components import signals
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import DEFAULT_OPTIONS, Health, Options, RungResult, result
+from gitops_gpu.components.mig_manager import MIG_STUCK_SECONDS
 from gitops_gpu.fleet.compiled import PoolTarget
 from gitops_gpu.fleet.sharing_promise import SharingPromise
 
@@ -64,6 +67,8 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
         return result(COMPONENT, Health.PROGRESSING, "allocatable advertises no GPUs yet")
     mig_on = any((g.get("migMode") or {}).get("current") == "enabled" for g in ev.gpus)
     count = _int(ev.labels.get(names.GPU_COUNT_LABEL, 0))
+    if pool.mig_resources and count and _layout_applied(ev, pool):
+        return _mig_kept(ev, pool, pool.mig_resources, count, opts)
     promise = pool.device_plugin_promise
     if promise is not None and desired and not mig_on and not mig and count:
         return _kept(ev, promise, count, desired, opts)
@@ -116,3 +121,41 @@ def _kept(
             "never took effect)",
         )
     return result(COMPONENT, Health.PROGRESSING, "; ".join(wrong) + " (plugin restarting)")
+
+
+def _layout_applied(ev: NodeEvidence, pool: PoolTarget) -> bool:
+    labels = ev.labels
+    return (
+        labels.get(names.MIG_CONFIG_LABEL) == pool.mig_config
+        and labels.get(names.MIG_CONFIG_STATE_LABEL) == "success"
+    )
+
+
+def _mig_kept(
+    ev: NodeEvidence, pool: PoolTarget, per_gpu: Mapping[str, int], count: int, opts: Options
+) -> RungResult:
+    """Does the node advertise the MIG devices its fleet-repo layout creates? Judged once
+    mig-manager reports success; bounded like a MIG reconfiguration (mig_manager.py)."""
+    wrong = []
+    total = 0
+    for resource, n in sorted(per_gpu.items()):
+        have = _int(ev.allocatable.get(resource, 0))
+        total += have
+        if have != n * count:
+            wrong.append(
+                f"allocatable {resource} {have}, MIG layout {pool.mig_config} gives {count} "
+                f"GPUs x {n} = {n * count}"
+            )
+    if not wrong:
+        return result(
+            COMPONENT, Health.HEALTHY, f"advertises {total} MIG devices ({pool.mig_config})"
+        )
+    waited = ev.waited(opts.since)
+    if waited is not None and waited >= MIG_STUCK_SECONDS:
+        return result(
+            COMPONENT,
+            Health.DEGRADED,
+            "; ".join(wrong) + f" ({int(waited // 60)}m after the stage adopted it: the "
+            "layout's devices never appeared)",
+        )
+    return result(COMPONENT, Health.PROGRESSING, "; ".join(wrong) + " (plugin re-registering)")

@@ -55,12 +55,14 @@ class NodeEvidence:
         return timefmt.parse(self.node.get("metadata", {}).get("creationTimestamp"))
 
     def waited(self, since: datetime | None) -> float | None:
-        """Seconds since ``since`` (the stage adopted the commit) or since the node joined, if
-        later: a node that joined since has waited only its own age. None without ``since``."""
+        """Seconds since ``since`` (the stage adopted the commit), or since the node joined or
+        gitops-gpu last changed its MIG/sharing labels, if later: a node relabelled in a later
+        batch has waited only since then. None without ``since``."""
         if since is None:
             return None
-        created = self.created
-        return (self.now - (max(since, created) if created else since)).total_seconds()
+        later = [self.created, timefmt.parse(self.annotations.get(names.RELABELLED_ANNOTATION))]
+        start = max([since, *(t for t in later if t is not None)])
+        return (self.now - start).total_seconds()
 
     def condition(self, kind: str) -> Obj | None:
         return next((c for c in self.conditions if c.get("type") == kind), None)

@@ -226,9 +226,15 @@ def _compile_cluster(
         for p in pool_names
     }
     if mig:
+        strategy = _mig_strategy(spec)
         for p, source in mig.sources.items():
+            found = mig_layouts.layout(source.doc)
+            devices = mig_layouts.per_gpu(found[1]) if found else None
             pools[p] = replace(
-                pools[p], mig_layout_file=source.doc.file, mig_enabled=mig.enabled[p]
+                pools[p],
+                mig_layout_file=source.doc.file,
+                mig_enabled=mig.enabled[p],
+                mig_resources=mig_layouts.advertised(devices, strategy) if devices else None,
             )
     if dp:
         for p, source in dp.sources.items():
@@ -308,6 +314,12 @@ def mig_layout_configs(
     config = {"name": mig_layouts.CONFIGMAP_NAME, "default": mig_layouts.DISABLED}
     spec.setdefault("migManager", {})["config"] = config
     return compiled
+
+
+def _mig_strategy(spec: Mapping[str, Any]) -> str:
+    mig = spec.get("mig")
+    value = mig.get("strategy") if isinstance(mig, dict) else None
+    return value if isinstance(value, str) else "single"  # the CRD's default
 
 
 def node_labels(src: PoolSource) -> dict[str, str]:

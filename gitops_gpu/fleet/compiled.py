@@ -97,6 +97,8 @@ class PoolTarget:
     # MIG mode it sets (None: it differs per device, or the layout is the catalogue's).
     mig_layout_file: str | None = None
     mig_enabled: bool | None = None
+    # What the device plugin advertises per GPU under that layout (resource -> count).
+    mig_resources: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)

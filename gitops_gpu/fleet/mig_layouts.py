@@ -34,6 +34,8 @@ CONFIGMAP_NAME = "gitops-gpu-mig-parted-config"
 CONFIG_KEY = "config.yaml"
 DISABLED = "all-disabled"
 BUILTIN: dict[str, Any] = {DISABLED: [{"devices": "all", "mig-enabled": False}]}
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,35 @@ def mig_enabled(entries: list[Any]) -> bool | None:
     """MIG mode a layout sets on every device: True, False, or None when entries differ."""
     modes = {e.get("mig-enabled") for e in entries if isinstance(e, Mapping)}
     return modes.pop() if len(modes) == 1 and modes <= {True, False} else None
+
+
+def per_gpu(entries: list[Any]) -> dict[str, int] | None:
+    """The MIG devices each GPU gets, when one entry covers every GPU alike; else None."""
+    if len(entries) != 1 or not isinstance(entries[0], Mapping):
+        return None
+    entry = entries[0]
+    if entry.get("devices") != "all" or entry.get("device-filter") is not None:
+        return None
+    devices = entry.get("mig-devices") or {}
+    if entry.get("mig-enabled") is not True or not isinstance(devices, Mapping):
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in devices.values()):
+        return None
+    return {str(p): int(n) for p, n in devices.items() if n} or None
+
+
+def advertised(devices: Mapping[str, int], strategy: str) -> dict[str, int] | None:
+    """What the device plugin advertises per GPU for those MIG devices under the cluster's
+    ``mig.strategy`` (k8s-device-plugin): mixed, ``nvidia.com/mig-<profile>`` each ('+' in a
+    profile becomes '.'); single, ``nvidia.com/gpu`` one per MIG device (one profile only);
+    none, the whole GPU. None when the plugin would not advertise them (single, mixed sizes)."""
+    if strategy == "mixed":
+        return {MIG_RESOURCE_PREFIX + p.replace("+", "."): n for p, n in devices.items()}
+    if strategy == "none":
+        return {GPU_RESOURCE: 1}
+    if len(devices) == 1:
+        return {GPU_RESOURCE: next(iter(devices.values()))}
+    return None
 
 
 def render(layouts: Mapping[str, Any]) -> str:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gitops_gpu import names
+from gitops_gpu import names, timefmt
 from gitops_gpu.sync.diff import NodeLabelDiff
 from gitops_gpu.sync.live import node_ready
 
@@ -93,4 +93,6 @@ def label_patch(diff: NodeLabelDiff, commit: str) -> dict[str, Any]:
         names.MANAGED_LABELS_ANNOTATION: ",".join(diff.desired_keys) or None,
         names.COMMIT_ANNOTATION: commit if diff.desired_keys else None,
     }
+    if is_disruptive(diff):
+        annotations[names.RELABELLED_ANNOTATION] = timefmt.stamp()
     return {"metadata": {"labels": labels, "annotations": annotations}}

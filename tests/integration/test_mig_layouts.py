@@ -4,6 +4,8 @@ pool's nodes labelled with their layout, and an older layout kept only while a n
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,15 @@ import pytest
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
+from gitops_gpu.components import device_plugin
+from gitops_gpu.components.evidence import read_pool_evidence
+from gitops_gpu.components.health import Health, Options
 from gitops_gpu.fleet import mig_layouts
+from gitops_gpu.fleet.compile import compile_fleet
+from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu_dev.testbed import nodes
 from gitops_gpu_dev.testbed.session import Testbed
+from gitops_gpu_dev.testbed.simulator import Simulator
 
 pytestmark = pytest.mark.integration
 POOL = "train-h100"
@@ -78,6 +86,23 @@ def test_a_repo_layout_is_applied_and_a_change_moves_the_pool_to_a_new_layout(
         "name": mig_layouts.CONFIGMAP_NAME,
         "default": "all-disabled",
     }
+    # the simulated hosts apply it (mig-manager) and advertise its devices (device plugin,
+    # mig.strategy mixed): the device-plugin rung holds the node to them
+    sim = Simulator(tb.client, tick=0.1)
+    target = compile_fleet(load_repo(fleet_remote.work), "0" * 40).pool(POOL)
+    deadline = time.monotonic() + 60
+    while True:
+        sim.step()
+        (ev,) = read_pool_evidence(tb.client, target)
+        got = device_plugin.check(ev, target, Options(since=datetime.now(UTC)))
+        if got.health is Health.HEALTHY and "MIG devices" in got.reason:
+            break
+        assert time.monotonic() < deadline, got.reason
+        time.sleep(0.1)
+    assert "32 MIG devices" in got.reason  # 8 GPUs x (2 + 1 + 1)
+    assert (
+        ev.allocatable["nvidia.com/mig-1g.10gb"] == "16" and ev.allocatable["nvidia.com/gpu"] == "0"
+    )
     # the other pools keep all-disabled, which the ConfigMap always holds
     canary = tb.client.get("v1", "Node", "canary-000")
     assert (

@@ -4,6 +4,7 @@ config was applied but never took effect."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -138,3 +139,43 @@ def test_the_wrong_sharing_strategy_label_is_degraded() -> None:
 )
 def test_what_a_config_promises(config: object, want: SharingPromise | None) -> None:
     assert promise(config) == want
+
+
+def test_a_node_relabelled_in_a_later_batch_gets_its_grace_from_then() -> None:
+    ev = _node({"nvidia.com/gpu": "4"})
+    stamp = (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ev.node["metadata"]["annotations"]["gitops-gpu.io/relabelled-at"] = stamp  # type: ignore[attr-defined]
+    assert _check(ev, TS4, LONG_AGO)[0] is Health.PROGRESSING
+
+
+MIG_KEY = "train-0a1b2c3d"
+PER_GPU = {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-3g.40gb": 1}
+
+
+def _mig(allocatable: dict[str, str], state: str = "success") -> tuple[object, object]:
+    ev = edit(
+        healthy(),
+        labels={"nvidia.com/mig.config": MIG_KEY, "nvidia.com/mig.config.state": state},
+        allocatable=allocatable,
+    )
+    target = pool(mig_config=MIG_KEY)
+    return ev, replace(target, mig_layout_file="configs/mig/x.yaml", mig_resources=PER_GPU)
+
+
+def test_a_mig_layout_is_held_to_the_devices_it_creates() -> None:
+    ok, target = _mig({"nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-3g.40gb": "8"})
+    got = device_plugin.check(ok, target, LONG_AGO)  # type: ignore[arg-type]
+    assert got.health is Health.HEALTHY and "24 MIG devices" in got.reason
+    bad, _ = _mig({"nvidia.com/gpu": "8"})
+    soon = Options(since=NOW - timedelta(minutes=10))  # mig-manager's own bound is 30m
+    early = device_plugin.check(bad, target, soon)  # type: ignore[arg-type]
+    assert early.health is Health.PROGRESSING
+    want = f"allocatable nvidia.com/mig-1g.10gb 0, MIG layout {MIG_KEY} gives 8 GPUs x 2 = 16"
+    assert want in early.reason
+    late = device_plugin.check(bad, target, LONG_AGO)  # type: ignore[arg-type]
+    assert late.health is Health.DEGRADED and "never appeared" in late.reason
+
+
+def test_a_mig_layout_still_applying_is_not_judged_by_its_devices() -> None:
+    pending, target = _mig({"nvidia.com/gpu": "8"}, state="pending")
+    assert device_plugin.check(pending, target, LONG_AGO).health is Health.HEALTHY  # type: ignore[arg-type]

@@ -82,6 +82,11 @@ def test_node_labels(example: Any) -> None:
     layout = h100.node_labels[names.MIG_CONFIG_LABEL]  # configs/mig/h100-train-mix.yaml
     assert h100.node_labels == {names.POOL_LABEL: "train-h100", names.MIG_CONFIG_LABEL: layout}
     assert layout.startswith("train-h100-") and h100.mig_enabled is True
+    assert h100.mig_resources == {  # mig.strategy mixed in the base ClusterPolicy
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
     assert example.pool("canary").node_labels[names.MIG_CONFIG_LABEL] == "all-disabled"
     labels = example.pool("infer-l40s").node_labels
     key = labels[names.DEVICE_PLUGIN_CONFIG_LABEL]

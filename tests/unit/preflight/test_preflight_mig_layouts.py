@@ -184,3 +184,30 @@ def test_gg087_a_catalogue_layout_on_a_cluster_whose_configmap_the_repo_builds(
     # without a repo layout, the operator's catalogue serves it: no finding
     (root / "nodepools/b/mig-config.yaml").unlink()
     assert [f for f in check(root) if f.code == "GG087"] == []
+
+
+@pytest.mark.parametrize(
+    ("devices", "strategy", "want"),
+    [
+        (
+            {"1g.10gb": 2, "1g.10gb+me": 1},
+            "mixed",
+            {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-1g.10gb.me": 1},
+        ),
+        ({"1g.10gb": 7}, "single", {"nvidia.com/gpu": 7}),
+        ({"1g.10gb": 2, "3g.40gb": 1}, "single", None),  # single needs one profile
+        ({"1g.10gb": 7}, "none", {"nvidia.com/gpu": 1}),
+    ],
+)
+def test_what_a_layout_advertises_under_each_strategy(
+    devices: dict[str, int], strategy: str, want: dict[str, int] | None
+) -> None:
+    assert mig_layouts.advertised(devices, strategy) == want
+
+
+def test_only_a_layout_alike_on_every_gpu_has_per_gpu_devices() -> None:
+    one = {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}
+    assert mig_layouts.per_gpu([one]) == {"1g.10gb": 7}
+    assert mig_layouts.per_gpu([{**one, "devices": [0, 1]}]) is None
+    assert mig_layouts.per_gpu([one, one]) is None
+    assert mig_layouts.per_gpu([{**one, "mig-enabled": False}]) is None

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu import names
+from gitops_gpu import names, timefmt
 from gitops_gpu.sync import diff, labels
 
 
@@ -116,3 +116,11 @@ def test_a_mig_change_waits_until_the_node_runs_the_pools_driver() -> None:
     assert [d.node for d in labels.next_batch(diffs[:1], nodes[:1], 3, "570.195.03")] == ["old"]
     plugin = [diff.diff_node_labels(n, {names.DEVICE_PLUGIN_CONFIG_LABEL: "k"}, "p") for n in nodes]
     assert len(labels.next_batch(plugin, nodes, 3, "580.126.20")) == 3
+
+
+def test_a_mig_or_sharing_relabel_is_stamped_and_bookkeeping_is_not() -> None:
+    node = _node("n")
+    mig = labels.label_patch(diff.diff_node_labels(node, {names.MIG_CONFIG_LABEL: "x"}, "p"), "c")
+    assert timefmt.parse(mig["metadata"]["annotations"][names.RELABELLED_ANNOTATION]) is not None
+    gentle = labels.label_patch(diff.diff_node_labels(node, {}, "p"), "c")
+    assert names.RELABELLED_ANNOTATION not in gentle["metadata"]["annotations"]

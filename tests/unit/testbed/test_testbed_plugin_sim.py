@@ -69,3 +69,32 @@ def test_a_missing_key_falls_back_to_whole_gpus() -> None:
 
 def test_a_stale_plugin_keeps_what_it_advertised() -> None:
     assert node_step(_node("ts"), Configs(keys={"ts": TS4}), STALE_FAULT) == ({}, None)
+
+
+MIX = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "3g.40gb": 1}}]
+ONE = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+
+
+def _mig_node(applied: str) -> dict[str, Any]:
+    node = _node()
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "8"
+    node["metadata"]["annotations"] = {"sim.gitops-gpu.io/mig-config": applied}
+    return node
+
+
+def test_a_mig_layout_is_advertised_as_the_strategy_names_it() -> None:
+    mixed = Configs(mig_layouts={"p-1": MIX}, mig_strategy="mixed")
+    _, status = node_step(_mig_node("p-1"), mixed, None)
+    assert status is not None and status["status"]["allocatable"] == {
+        "nvidia.com/mig-1g.10gb": "16",
+        "nvidia.com/mig-3g.40gb": "8",
+        "nvidia.com/gpu": "0",
+    }
+    single = Configs(mig_layouts={"p-2": ONE}, mig_strategy="single")
+    _, status = node_step(_mig_node("p-2"), single, None)
+    assert status is not None and status["status"]["allocatable"] == {"nvidia.com/gpu": "56"}
+
+
+def test_a_layout_not_in_the_configmap_leaves_whole_gpus() -> None:
+    _, status = node_step(_mig_node("all-balanced"), Configs(mig_strategy="mixed"), None)
+    assert status is not None and status["status"]["allocatable"] == {"nvidia.com/gpu": "8"}
