@@ -97,10 +97,18 @@ def keys(
     for cname, cluster in sorted(compiled.clusters.items()):
         ref = refs.get(cname)
         namespace = ref.operator_namespace if ref else sharing.DEFAULT_NAMESPACE
-        built = {k for cm in cluster.config_maps for k in (cm.get("data") or {})}
+        built = {
+            k
+            for cm in cluster.config_maps
+            if cm["metadata"]["name"] == sharing.CONFIGMAP_NAME
+            for k in (cm.get("data") or {})
+        }
         config = _config(cluster)
         cm_name = str(config.get("name") or "")
         live: tuple[Mapping[str, str] | None, str] | None = None
+        default = str(config.get("default") or "")
+        if built and default and default not in built:
+            yield _default_nowhere(repo, cluster, default)
         for name, target in sorted(cluster.pools.items()):
             src = repo.pools[name]
             chosen = src.model.spec.device_plugin_config
@@ -160,6 +168,25 @@ def keys(
                 pool=name,
                 cluster=cname,
             )
+
+
+def _default_nowhere(repo: FleetRepo, cluster: ClusterTarget, default: str) -> Finding:
+    """GG082 for a cluster-wide default key the repo-built ConfigMap does not hold: nodes of
+    pools that select no key would run the plugin's built-in config."""
+    pool = sorted(cluster.pools)[0]
+    path = ("spec", "devicePlugin", "config", "default")
+    file, line = fleet_compile.locate(repo, pool, path)
+    return Finding.make(
+        "GG082",
+        f"devicePlugin.config.default '{default}' is in no fleet-repo config, and this "
+        f"cluster's device-plugin ConfigMap ({sharing.CONFIGMAP_NAME}) is built from the fleet "
+        "repo: nodes that select no key run the plugin's built-in config",
+        file=file,
+        line=line,
+        field=dotted(path),
+        fix=f"add {sharing.CONFIGS_DIR}/{default}.yaml, or remove the default",
+        cluster=cluster.name,
+    )
 
 
 def _live_content(

@@ -138,6 +138,34 @@ def test_a_users_configmap_key_is_not_judged_offline(tmp_path: Path) -> None:
     assert not [f for f in check(root) if f.code == "GG082"]
 
 
+def test_a_users_key_on_a_cluster_with_only_a_repo_mig_layout_is_still_the_users(
+    tmp_path: Path,
+) -> None:
+    # the repo builds the MIG ConfigMap, not the device plugin's: the key is not judged offline
+    base = minimal_base()
+    base["spec"]["devicePlugin"]["config"] = {"name": "my-configs"}
+    root = write_repo(tmp_path, {"a": {**H100, "devicePluginConfig": "mine"}}, base=base)
+    layout = {
+        "version": "v1",
+        "mig-configs": {
+            "m": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+        },
+    }
+    _write(root / "nodepools/a/mig-config.yaml", layout)
+    assert not [f for f in check(root) if f.code == "GG082"]
+
+
+def test_a_default_key_beside_repo_configs_is_an_error(tmp_path: Path) -> None:
+    base = minimal_base()
+    base["spec"]["devicePlugin"]["config"] = {"name": "", "default": "shared-default"}
+    root = write_repo(tmp_path, TWO, base=base)
+    _write(root / "nodepools/b/device-plugin.yaml", TS4)
+    found = [f for f in only(check(root), "GG082") if f.field == "spec.devicePlugin.config.default"]
+    (f,) = found
+    assert "'shared-default' is in no fleet-repo config" in f.message
+    assert "configs/device-plugin/shared-default.yaml" in f.fix
+
+
 def test_configs_the_plugin_rejects(tmp_path: Path) -> None:
     root = write_repo(tmp_path, {"a": {**H100, "devicePluginConfig": "bad"}})
     text = """version: v1
