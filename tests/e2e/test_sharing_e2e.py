@@ -47,6 +47,21 @@ def _node(env: Env, name: str) -> dict[str, Any]:
     return node
 
 
+def _allocatable(env: Env, name: str) -> dict[str, str]:
+    return dict(_node(env, name)["status"].get("allocatable") or {})
+
+
+def _facts(env: Env) -> str:
+    """What the two nodes carry and whether the simulator still runs, for a failure message."""
+    out = [f"simulator alive: {env.sim._thread is not None and env.sim._thread.is_alive()}"]
+    for name in ("infer-l40s-000", "train-h100-000"):
+        node = _node(env, name)
+        labels = {k: v for k, v in node["metadata"]["labels"].items() if "config" in k}
+        notes = {k: v for k, v in (node["metadata"].get("annotations") or {}).items() if "sim" in k}
+        out.append(f"{name}: {_allocatable(env, name)} {labels} {notes}")
+    return "\n".join(out)
+
+
 def _openshift_shape(work: Path) -> None:
     yaml = YAML()
     base = work / "base" / "clusterpolicy.yaml"
@@ -84,15 +99,17 @@ def test_the_operator_mounts_the_sharing_configs_and_the_openshift_shape_applies
         ),
         240,
     )
-    env.wait(
-        "infer-l40s advertises 4 L40S x 4 replicas, train-h100 its layout's MIG devices",
-        lambda: (
-            _node(env, "infer-l40s-000")["status"]["allocatable"].get("nvidia.com/gpu") == "16"
-            and _node(env, "train-h100-000")["status"]["allocatable"].get("nvidia.com/mig-1g.10gb")
-            == "16"
-        ),
-        120,
-    )
+    try:
+        env.wait(
+            "infer-l40s advertises 4 L40S x 4 replicas, train-h100 its layout's MIG devices",
+            lambda: (
+                _allocatable(env, "infer-l40s-000").get("nvidia.com/gpu") == "16"
+                and _allocatable(env, "train-h100-000").get("nvidia.com/mig-1g.10gb") == "16"
+            ),
+            120,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_facts(env)}") from None
     # the OpenShift / GitOps-catalog shape, with the user's own ConfigMap
     env.tb.client.apply(
         {

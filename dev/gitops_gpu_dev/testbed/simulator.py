@@ -78,6 +78,8 @@ class Simulator:
                 self.step()
             except KubeError as exc:
                 log.warning("simulator tick failed: %s", exc)
+            except Exception:  # a host keeps running: log it, the next tick tries again
+                log.exception("simulator tick raised")
             self._stop.wait(self.tick)
 
     # -- one tick -------------------------------------------------------------------------------
