@@ -63,7 +63,7 @@ def generate(root: Path, pools: int) -> Path:
         {"name": "early", "pools": names[2:third]},
         {"name": "rest", "pools": names[third:]},
     ]
-    return write_repo(
+    repo = write_repo(
         root,
         specs,
         base=base,
@@ -72,6 +72,12 @@ def generate(root: Path, pools: int) -> Path:
         clusters=[{"name": f"c{i}"} for i in range(3)],
         name="bench",
     )
+    # the L40S pools' time-slicing config, kept in the repo as the example keeps it
+    shared = repo / "configs" / "device-plugin"
+    shared.mkdir(parents=True)
+    example = PROJECT / "fleet-repo-example/configs/device-plugin/l40s-time-sliced-4.yaml"
+    (shared / example.name).write_text(example.read_text())
+    return repo
 
 
 def main() -> int:
@@ -108,11 +114,11 @@ def main() -> int:
             + f" s; median {statistics.median(times):.3f} s (first run includes CRD parsing)"
         )
         # a fresh process, as CI runs it: interpreter start, imports, CRD parsing, the check
+        argv = ["check", str(root), "--crds", str(paths.default_crds_dir())]
         cmd = [
             sys.executable,
             "-c",
-            "import sys; from gitops_gpu.cli import main; "
-            f"sys.exit(main(['check', {str(root)!r}]))",
+            f"import sys; from gitops_gpu.cli import main; sys.exit(main({argv!r}))",
         ]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
