@@ -143,7 +143,7 @@ class Executor:
             case RunSmokeTest():
                 spec = next(s for s in stages if s.name == action.stage)
                 nodes = self.stage_nodes(stages).get(spec.name, [])
-                report.applied += self.smoke.run(spec, action.commit, nodes)
+                report.applied += self.smoke.run(spec, action.commit, nodes, self.nodes.get)
             case HoldUpgrades():
                 pass  # carried out once per pass, all stages together (hold_upgrades)
             case Wait():

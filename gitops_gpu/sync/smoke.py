@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,8 @@ STAGE_LABEL = f"{names.GROUP}/smoke-stage"
 COMMIT_LABEL = f"{names.GROUP}/smoke-commit"
 NODE_ANNOTATION = f"{names.GROUP}/smoke-node"
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
 LOG_LINES = 5
 # A Job the job controller has not finished this long after its deadline counts as timed out
 # (a controller-manager that is down must not hold a stage forever).
@@ -56,8 +58,34 @@ def selected_nodes(spec: SmokeTestSpec, nodes: Iterable[str]) -> list[str]:
     return ordered if spec.nodes is None else ordered[: spec.nodes]
 
 
+def gpu_resource(node: Mapping[str, Any] | None) -> str:
+    """The GPU resource to request on ``node``: nvidia.com/gpu, or the one its device plugin
+    advertises instead (time-slicing renamed to nvidia.com/gpu.shared, MIG devices under
+    mig.strategy mixed). A node advertising none gets nvidia.com/gpu: its pod stays
+    unschedulable and the check fails, as it should."""
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+
+    def has(resource: str) -> bool:
+        try:
+            return int(str(allocatable.get(resource, "0"))) > 0
+        except ValueError:
+            return False
+
+    if has(GPU_RESOURCE):
+        return GPU_RESOURCE
+    others = sorted(
+        r for r in allocatable if (r == SHARED_RESOURCE or r.startswith(MIG_PREFIX)) and has(r)
+    )
+    return others[0] if others else GPU_RESOURCE
+
+
 def job_manifest(
-    spec: SmokeTestSpec, stage: str, commit: str, node: str, namespace: str
+    spec: SmokeTestSpec,
+    stage: str,
+    commit: str,
+    node: str,
+    namespace: str,
+    resource: str = GPU_RESOURCE,
 ) -> dict[str, Any]:
     labels = {SMOKE_LABEL: "true", STAGE_LABEL: stage, COMMIT_LABEL: commit}
     meta = {
@@ -70,7 +98,7 @@ def job_manifest(
         "name": "smoke",
         "image": spec.image,
         "command": list(spec.command),
-        "resources": {"limits": {GPU_RESOURCE: str(spec.gpus)}},
+        "resources": {"limits": {resource: str(spec.gpus)}},
         # Pod Security "restricted" (the chart's namespace): nothing here needs more.
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -285,8 +313,16 @@ class SmokeRunner:
         return f"{text}: {' | '.join(lines)}" if lines else text
 
     # -- write ----------------------------------------------------------------------------------
-    def run(self, stage: StageSpec, commit: str, nodes: Iterable[str]) -> int:
-        """Create the Jobs still missing for ``stage`` at ``commit``; returns how many."""
+    def run(
+        self,
+        stage: StageSpec,
+        commit: str,
+        nodes: Iterable[str],
+        node: Callable[[str], Mapping[str, Any] | None] | None = None,
+    ) -> int:
+        """Create the Jobs still missing for ``stage`` at ``commit``; returns how many. Each
+        requests the GPU resource its node (looked up by ``node``) advertises
+        (:func:`gpu_resource`)."""
         spec = stage.gate.smoke_test
         if spec is None:
             return 0
@@ -297,10 +333,11 @@ class SmokeRunner:
             and (j["metadata"].get("labels") or {}).get(COMMIT_LABEL) == commit
         }
         created = 0
-        for node in selected_nodes(spec, nodes):
-            if node in have:
+        for name in selected_nodes(spec, nodes):
+            if name in have:
                 continue
-            job = job_manifest(spec, stage.name, commit, node, self.namespace)
+            resource = gpu_resource(node(name) if node else None)
+            job = job_manifest(spec, stage.name, commit, name, self.namespace, resource)
             try:
                 self.client.create(job)
             except KubeError as exc:
@@ -308,7 +345,7 @@ class SmokeRunner:
                     raise
                 continue  # an older Job of that name is still being deleted: next pass
             created += 1
-            log.info("smoke test for stage %s at %s started on %s", stage.name, commit[:12], node)
+            log.info("smoke test for stage %s at %s started on %s", stage.name, commit[:12], name)
         return created
 
     def finish(self, keep: set[Key]) -> list[NodeFailure]:

@@ -197,3 +197,36 @@ def test_unschedulable_pod_then_deadline_names_the_scheduler_reason() -> None:
     }
     result = runner.results([STAGE], nodes, NOW + 125)[("canary", SHA)]
     assert result.failures == (f"n1: timed out after 120s, pod Unschedulable: {message}",)
+
+
+def _advertising(**allocatable: str) -> dict[str, Any]:
+    return {"status": {"allocatable": {"cpu": "96", **allocatable}}}
+
+
+def test_the_pod_requests_the_gpu_resource_its_node_advertises() -> None:
+    assert smoke.gpu_resource(_advertising(**{"nvidia.com/gpu": "8"})) == "nvidia.com/gpu"
+    # time-slicing renamed, MIG devices under mig.strategy mixed
+    renamed = _advertising(**{"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "16"})
+    assert smoke.gpu_resource(renamed) == "nvidia.com/gpu.shared"
+    mixed = _advertising(
+        **{"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "8", "nvidia.com/mig-1g.10gb": "16"}
+    )
+    assert smoke.gpu_resource(mixed) == "nvidia.com/mig-1g.10gb"
+    # a node that advertises nothing gets nvidia.com/gpu: its pod stays unschedulable
+    assert smoke.gpu_resource(_advertising(**{"nvidia.com/mig-1g.10gb": "0"})) == "nvidia.com/gpu"
+    assert smoke.gpu_resource(None) == "nvidia.com/gpu"
+
+
+def test_run_writes_each_nodes_resource_into_its_job() -> None:
+    client = FakeClient()
+    runner = smoke.SmokeRunner(client, "gitops-gpu")  # type: ignore[arg-type]
+    objects = {"n1": _advertising(**{"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "16"})}
+    assert runner.run(STAGE, SHA, ["n1", "n2"], objects.get) == 2
+    limits = {
+        job["metadata"]["annotations"][smoke.NODE_ANNOTATION]: job["spec"]["template"]["spec"][
+            "containers"
+        ][0]["resources"]["limits"]
+        for job in client.jobs.values()
+    }
+    gpus = str(SPEC.gpus)
+    assert limits == {"n1": {"nvidia.com/mig-1g.10gb": gpus}, "n2": {"nvidia.com/gpu": gpus}}
