@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import kube, names
+from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet import mig_layouts
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget
 from gitops_gpu.sync import diff, labels, mig_keys, prune, sharing_keys
@@ -155,13 +156,27 @@ class Engine:
         digest = _digest(manifest)
         if live is not None and self._in_sync.get(key) == (live_key(live), digest):
             return diff.ObjectDiff(key[0], key[1], pool, diff.Action.UNCHANGED, (), manifest)
-        dry = self.client.apply(
-            manifest, field_manager=self.field_manager, dry_run=True, force=True
-        )
+        dry = self._apply(manifest, dry_run=True, force=True)
         result = diff.diff_object(manifest, dry, live, pool)
         if live is not None and not result.drifted and not result.stale_commit:
             self._in_sync[key] = (live_key(live), digest)
         return result
+
+    def _apply(self, manifest: Obj, **kw: Any) -> Obj:
+        """Server-side apply; a namespaced object whose namespace is missing (the operator's,
+        for the ConfigMaps) is said as that, with the fix."""
+        try:
+            return self.client.apply(manifest, field_manager=self.field_manager, **kw)
+        except kube.NotFoundError as exc:
+            namespace = manifest.get("metadata", {}).get("namespace")
+            if not namespace or self.client.get("v1", "Namespace", namespace) is not None:
+                raise
+            raise KubeError(
+                f"{manifest['kind']}/{manifest['metadata']['name']}: namespace {namespace} "
+                "does not exist in the cluster",
+                fix="install the GPU Operator there, or set clusters[].operatorNamespace in "
+                "fleet.yaml to the namespace it runs in",
+            ) from exc
 
     def _label_diff(self, node: Obj, desired: Mapping[str, str], pool: str) -> diff.NodeLabelDiff:
         """diff_node_labels, memoised by the node's resourceVersion and the desired labels."""
@@ -294,9 +309,7 @@ class Engine:
                 continue
             assert obj.desired is not None
             try:
-                self.client.apply(
-                    obj.desired, field_manager=self.field_manager, force=force_conflicts
-                )
+                self._apply(obj.desired, force=force_conflicts)
             except kube.ConflictError as exc:
                 result.conflicts.append((obj, exc.managers))
                 continue

@@ -159,3 +159,28 @@ def test_the_node_must_advertise_what_the_config_promises(
     assert "gpu.replicas=4, config" in reason
     # right after adoption the same facts are still "restarting", not a failure
     assert _rungs(tb, work)[f"{POOL}-001"][0] is Health.PROGRESSING
+
+
+def test_a_missing_operator_namespace_is_named_with_its_fix(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tb = clean_cluster
+    made = nodes.create_pool_nodes(tb.client, nodes.read_pool_shapes(fleet_remote.work), 1)
+    nodes.wait_ready(tb.client, made)
+
+    def elsewhere(work: Path) -> None:
+        path = work / "fleet.yaml"
+        text = path.read_text().replace(
+            "    - name: default\n", "    - name: default\n      operatorNamespace: no-such-ns\n"
+        )
+        assert "no-such-ns" in text
+        path.write_text(text)
+
+    fleet_remote.commit("the operator runs elsewhere", elsewhere)
+    capsys.readouterr()
+    rc = main(["apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "namespace no-such-ns does not exist in the cluster" in err
+    assert "clusters[].operatorNamespace" in err
+    assert tb.client.get("v1", "ConfigMap", sharing.CONFIGMAP_NAME, "no-such-ns") is None

@@ -63,6 +63,16 @@ class Simulator:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Simulator:
+        if self.plays_operator:  # as the operator's install would: its namespace exists
+            self.client.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": self.operator_namespace},
+                },
+                field_manager=MANAGER,
+                force=True,
+            )
         self._thread = threading.Thread(target=self.run, name="gpu-operator-sim", daemon=True)
         self._thread.start()
         return self
