@@ -130,3 +130,10 @@ def _clean(tb: session.Testbed) -> None:
             ("gitops-gpu-ledger", "gitops-gpu-device-plugin", "gitops-gpu-mig-parted")
         ):
             tb.client.delete("v1", "ConfigMap", meta["name"], meta["namespace"])
+    # A GPU cluster has the operator's namespace (its install makes it): the repo-built
+    # sharing ConfigMaps are applied there.
+    tb.client.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}},
+        field_manager="gitops-gpu-testbed",
+        force=True,
+    )

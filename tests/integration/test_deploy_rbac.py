@@ -227,12 +227,17 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
     assert {"ClusterPolicy", "NVIDIADriver"} <= applied
     assert not [r for r in caplog.records if "forbidden" in r.getMessage().lower()]
     assert not [r for r in caplog.records if "not recorded" in r.getMessage()]
-    # Every grant was needed. `create` of ClusterPolicy/NVIDIADriver is exercised by the
-    # server-side applies that created them (the apiserver checks `create` when an apply
-    # creates the object, dry runs included); the request counter sees those as PATCH.
+    # Every grant was needed. `create` of ClusterPolicy/NVIDIADriver and of the repo-built
+    # ConfigMaps is exercised by the server-side applies that created them (the apiserver
+    # checks `create` when an apply creates the object, dry runs included); the request
+    # counter sees those as PATCH.
     grants, seen = granted(), used(dict(sa.requests))
     assert all(covered(r, grants) for r in seen), [r for r in seen if not covered(r, grants)]
-    implied = {("create", "clusterpolicies", None), ("create", "nvidiadrivers", None)}
+    implied = {
+        ("create", "clusterpolicies", None),
+        ("create", "nvidiadrivers", None),
+        ("create", "configmaps", "gpu-operator"),
+    }
     unused = {g for g in grants - implied if not any(covered(r, {g}) for r in seen)}
     assert not unused, f"granted but never used: {unused}"
     cp = admin.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)

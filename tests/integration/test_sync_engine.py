@@ -104,7 +104,7 @@ def test_foreign_field_manager_drift_is_shown_and_needs_force(
     )
     rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
     assert rc == 3
-    cp = plan["plans"][0]["clusterObjects"][0]
+    (cp,) = [o for o in plan["plans"][0]["clusterObjects"] if o["kind"] == "ClusterPolicy"]
     assert cp["action"] == "configured"
     assert cp["changes"] == [
         {"path": "spec.dcgmExporter.enabled", "live": not original, "desired": original}
@@ -346,7 +346,8 @@ def test_a_status_write_does_not_cost_a_server_side_diff(
         made = tb.client.requests - before
         return sum(n for k, n in made.items() if k.startswith("PATCH")), plan
 
-    assert diffs()[0] == len(target.pools)  # cold: one dry-run per pool
+    # cold: one dry-run per pool and per repo-built ConfigMap (sharing configs, MIG layouts)
+    assert diffs()[0] == len(target.pools) + len(target.config_maps)
     assert diffs() == (0, diffs()[1])
     pool = sorted(target.pools)[0]
     tb.client.apply(
