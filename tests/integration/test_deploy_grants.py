@@ -142,8 +142,10 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
     assert len(cluster) == 1 and len(cluster[0]["rules"]) <= 10
     # 11th: evicting stale operand pods; 12-14: smoke-test Jobs, their pods and pod logs, in
     # one namespace only; 15-18: the ledger ConfigMap and the seal key Secret (create, then
-    # get/update by name only); 19: listing the pods and PDBs of nodes a driver upgrade waits on.
-    assert sum(len(r["rules"]) for r in roles) <= 19
+    # get/update by name only); 19: listing the pods and PDBs of nodes a driver upgrade waits on;
+    # 20-21: the repo-built sharing/MIG ConfigMaps in the operator's namespace (create, then
+    # get/patch by name only).
+    assert sum(len(r["rules"]) for r in roles) <= 21
     named = {
         (res, tuple(rule.get("resourceNames", ())), tuple(rule["verbs"]))
         for r in roles
@@ -156,6 +158,11 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
         ("configmaps", ("gitops-gpu-control",), ("get",)),
         ("configmaps", (), ("create",)),
         ("configmaps", ("gitops-gpu-ledger",), ("get", "update")),
+        (
+            "configmaps",
+            ("gitops-gpu-device-plugin-config", "gitops-gpu-mig-parted-config"),
+            ("get", "patch"),
+        ),
         ("secrets", (), ("create",)),
         ("secrets", ("gitops-gpu-record-key",), ("get",)),
     }, named
