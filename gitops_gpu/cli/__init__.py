@@ -7,7 +7,6 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 from gitops_gpu import logs
 from gitops_gpu.cli.exits import Exit
@@ -58,6 +57,8 @@ SUMMARIES = {
 
 
 def version() -> str:
+    from importlib import metadata  # noqa: PLC0415 - 35 ms, only --version and plugins need it
+
     try:
         return metadata.version("gitops-gpu")
     except metadata.PackageNotFoundError:
@@ -66,7 +67,20 @@ def version() -> str:
 
 def plugins() -> dict[str, str]:
     """Commands installed by other distributions (entry points), name -> module."""
+    from importlib import metadata  # noqa: PLC0415 - see version()
+
     return {ep.name: ep.value for ep in metadata.entry_points(group=PLUGIN_GROUP)}
+
+
+class _Version(argparse.Action):
+    """argparse's "version" action, with the version looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"gitops-gpu {version()}\n")
+        parser.exit()
 
 
 def _command(argv: Sequence[str]) -> str | None:
@@ -91,7 +105,7 @@ def build_parser(command: str | None = None, *, listing: bool = False) -> argpar
         default="text",
         help="json: one JSON object per log line (structured logs)",
     )
-    parser.add_argument("--version", action="version", version=f"gitops-gpu {version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     if listing:
         order = sorted(COMMANDS, key=lambda c: COMMAND_MODULES.index(COMMANDS[c]))

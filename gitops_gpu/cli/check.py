@@ -27,8 +27,6 @@ from gitops_gpu.preflight.findings import Finding, render_json, render_text, sum
 from gitops_gpu.preflight.plan import plan_json, plan_text
 from gitops_gpu.preflight.run import PreflightResult, run_preflight
 from gitops_gpu.rollout import pr_comment
-from gitops_gpu.rollout.backends import make_backend
-from gitops_gpu.rollout.forge import ForgeBackend
 from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, SUCCESS, CommitStatus
 
 log = logging.getLogger(__name__)
@@ -195,6 +193,10 @@ def comment_body(result: PreflightResult, head: str, limit: int) -> str:
 
 
 def post_comment(args: argparse.Namespace, result: PreflightResult) -> None:
+    # the forge clients (HTTP, TLS) cost 20 ms of start-up a plain `check` never uses
+    from gitops_gpu.rollout.backends import make_backend  # noqa: PLC0415
+    from gitops_gpu.rollout.forge import ForgeBackend  # noqa: PLC0415
+
     backend = make_backend(args.status_backend, str(args.path), token_file=args.status_token_file)
     if not isinstance(backend, ForgeBackend):
         raise GitopsGpuError(
@@ -214,6 +216,8 @@ def post_preflight_status(args: argparse.Namespace, result: PreflightResult) -> 
             f"{args.path}: no clean git commit to post a status on",
             fix="commit your changes, or pass --commit SHA",
         )
+    from gitops_gpu.rollout.backends import make_backend  # noqa: PLC0415 - see post_comment
+
     backend = make_backend(args.status_backend, str(args.path), token_file=args.status_token_file)
     state = SUCCESS if result.ok else FAILURE
     wrote = backend.set_status(

@@ -10,12 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import git
-
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import GitopsGpuError
-from gitops_gpu.rollout.backends import make_backend
-from gitops_gpu.rollout.status import FAILURE, PREFLIGHT_CONTEXT, CommitStatus
 from gitops_gpu.sync.keys import TrustConfigError
 from gitops_gpu.sync.trust import MODES, Verdict, Verifier
 
@@ -90,6 +86,8 @@ def check_commit(args: argparse.Namespace) -> int | None:
 
 def _checked_commit(path: Path, commit: str | None) -> tuple[str, str]:
     """(sha, git dir): the commit ``path`` holds, clean, so the signature covers what is checked."""
+    import git  # noqa: PLC0415 - gitpython costs 45 ms of every `check`; only this needs it
+
     try:
         with git.Repo(path, search_parent_directories=True) as repo:
             head = str(repo.head.commit.hexsha)
@@ -118,6 +116,13 @@ def _report_untrusted(args: argparse.Namespace, sha: str, verdict: Verdict) -> N
     else:
         sys.stdout.write(f"{sha[:12]}: error: {line}\n  fix: sign it with a key in KEYS\n")
     if args.post_status:
+        from gitops_gpu.rollout.backends import make_backend  # noqa: PLC0415 - HTTP stacks
+        from gitops_gpu.rollout.status import (  # noqa: PLC0415
+            FAILURE,
+            PREFLIGHT_CONTEXT,
+            CommitStatus,
+        )
+
         backend = make_backend(
             args.status_backend, str(args.path), token_file=args.status_token_file
         )

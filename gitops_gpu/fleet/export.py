@@ -59,7 +59,7 @@ def export_commit(git_dir: Path, rev: str, dest: Path, sub: str = "") -> Export:
     sha = _git(git_dir, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     treeish = f"{sha}:{sub}" if sub not in ("", ".") else sha
     try:
-        listing = _git_bytes(git_dir, "ls-tree", "-r", "-l", "-z", "--full-tree", treeish)
+        listing = git_bytes(git_dir, "ls-tree", "-r", "-l", "-z", "--full-tree", treeish)
     except SourceError:
         if sub in ("", "."):
             raise
@@ -126,7 +126,7 @@ def _write(git_dir: Path, wanted: Sequence[Entry], dest: Path) -> None:
         proc.wait()
 
 
-def _git_bytes(git_dir: Path, *args: str) -> bytes:
+def git_bytes(git_dir: Path, *args: str) -> bytes:
     proc = subprocess.run(["git", *args], cwd=git_dir, capture_output=True, check=False)
     if proc.returncode != 0:
         raise SourceError(
@@ -138,7 +138,7 @@ def _git_bytes(git_dir: Path, *args: str) -> bytes:
 
 def _git(git_dir: Path, *args: str) -> str:
     try:
-        return _git_bytes(git_dir, *args).decode()
+        return git_bytes(git_dir, *args).decode()
     except SourceError:
         raise SourceError(
             f"unknown revision {args[-1].split('^')[0]!r}",

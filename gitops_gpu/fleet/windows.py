@@ -43,7 +43,6 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, CroniterError, croniter
 from dateutil.rrule import (
     DAILY,
     HOURLY,
@@ -311,7 +310,10 @@ def _zone(name: str) -> ZoneInfo:
 
 
 class _Cron:
+    # croniter is imported where a cron schedule is parsed: 15-20 ms of every CLI start else
     def __init__(self, expr: str) -> None:
+        from croniter import CroniterBadDateError, croniter  # noqa: PLC0415
+
         self.expr = expr
         try:
             croniter(expr, _ANCHOR).get_next(datetime)
@@ -321,6 +323,8 @@ class _Cron:
             self.fires = True
 
     def starts(self, since: datetime) -> Iterator[datetime]:
+        from croniter import CroniterBadDateError, croniter  # noqa: PLC0415
+
         it = croniter(self.expr, since - timedelta(seconds=1))  # get_next is strictly after
         while True:
             try:
@@ -372,6 +376,8 @@ class _RRule:
 def _parse(schedule: str) -> _Cron | _RRule:
     if schedule[:6].upper() == "RRULE:":
         return _parse_rrule(schedule)
+    from croniter import CroniterError  # noqa: PLC0415 - see _Cron
+
     fields = schedule.split()
     if len(fields) != 5:
         raise WindowError(

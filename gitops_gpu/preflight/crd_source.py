@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gitops_gpu import kube
 from gitops_gpu.errors import GitopsGpuError
+
+if TYPE_CHECKING:
+    from gitops_gpu import kube
 
 OPERATOR_CRDS = ("clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com")
 ENV = "GITOPS_GPU_CRDS"
@@ -55,6 +58,8 @@ def resolve(
     if crds is not None:
         return crds
     if kubeconfig:
+        from gitops_gpu import kube  # noqa: PLC0415 - urllib3 only with --kubeconfig
+
         fetch(kube.Client.from_kubeconfig(kubeconfig, context=context), cache)
         return cache
     return from_env()

@@ -9,9 +9,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import git
+from typing import TYPE_CHECKING, Any
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet import compile as fleet_compile
@@ -21,12 +19,17 @@ from gitops_gpu.fleet.loader import FleetRepo, load_repo
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.preflight.plan import diff_fields
 
+if TYPE_CHECKING:
+    import git
+
 # NVIDIADriver fields the CRD makes immutable (x-kubernetes-validations: self == oldSelf),
 # with the value the CRD defaults them to.
 IMMUTABLE = (("driverType", "gpu"), ("usePrecompiled", False))
 
 
 def git_repo(path: Path) -> git.Repo:
+    import git  # noqa: PLC0415 - gitpython costs 45 ms; a plain `check` never needs it
+
     try:
         return git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
@@ -38,14 +41,17 @@ def git_repo(path: Path) -> git.Repo:
 
 def head_commit(path: Path) -> str | None:
     """HEAD of the git repo holding ``path`` (``<sha>-dirty`` when files under ``path`` differ
-    from it), or None outside git / before the first commit."""
+    from it: staged, changed or untracked and not ignored), or None outside git / before the
+    first commit. Two plain git commands: this runs on every `check`."""
     try:
-        with git.Repo(path, search_parent_directories=True) as repo:
-            sha = str(repo.head.commit.hexsha)
-            dirty = repo.is_dirty(untracked_files=True, path=str(Path(path).resolve()))
-            return f"{sha}-dirty" if dirty else sha
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+        sha = export.git_bytes(Path(path), "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        changed = export.git_bytes(
+            Path(path), "status", "--porcelain", "--untracked-files=all", "-z", "--", "."
+        )
+    except (SourceError, OSError):  # outside git, no commit yet, no such directory
         return None
+    head = sha.decode().strip()
+    return f"{head}-dirty" if changed else head
 
 
 def export_revision(path: Path, rev: str, dest: Path) -> tuple[Path, str]:

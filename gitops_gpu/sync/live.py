@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gitops_gpu import kube, names
+from gitops_gpu import names
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync import slim
+
+if TYPE_CHECKING:  # the client's HTTP stack is not needed to judge nodes (preflight)
+    from gitops_gpu import kube
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

@@ -109,3 +109,21 @@ def test_help_and_version_import_no_command_module() -> None:
     )
     assert version.stdout.strip() == f"gitops-gpu {cli.version()}"
     assert cli.version()[0].isdigit()
+
+
+def test_a_plain_check_loads_no_git_http_or_cron_library() -> None:
+    # what only --base, --kubeconfig, --verify-signatures, --post-* or a window needs (issue 32)
+    code = (
+        "import json, sys\n"
+        "from gitops_gpu import cli\n"
+        "from gitops_gpu_dev import paths\n"
+        "crds = str(paths.shared_upstream() / 'gpu-operator' / 'crds')\n"
+        "rc = cli.main(['check', str(paths.fleet_example()), '--crds', crds])\n"
+        "print(json.dumps([rc, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    rc, loaded = json.loads(out.stdout.splitlines()[-1])
+    assert rc == 0, out.stdout
+    libraries = {"git", "urllib3", "croniter", "kubernetes"}
+    ours = ("gitops_gpu.kube", "gitops_gpu.rollout.backends", "gitops_gpu.rollout.httpclient")
+    assert [m for m in loaded if m.split(".")[0] in libraries or m.startswith(ours)] == []

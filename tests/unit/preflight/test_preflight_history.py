@@ -15,7 +15,7 @@ from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
 from gitops_gpu.preflight import run_preflight
-from gitops_gpu.preflight.history import export_revision
+from gitops_gpu.preflight.history import export_revision, head_commit
 from gitops_gpu.preflight.plan import plan_json, plan_text
 
 H100 = {"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}
@@ -214,3 +214,28 @@ def test_gg041_removing_most_pools_needs_an_opt_in(tmp_path: Path) -> None:
         fleet_yaml.read_text().replace("spec:\n", "spec:\n  allowMassPoolRemoval: true\n", 1)
     )
     assert not [f for f in _check(root, v1).findings if f.code == "GG041"]
+
+
+def test_head_commit_says_dirty_only_for_changes_under_the_fleet(
+    fleet: tuple[git.Repo, Path, str], tmp_path: Path
+) -> None:
+    repo, root, v1 = fleet
+    assert head_commit(root) == v1
+    (tmp_path / "elsewhere.txt").write_text("outside the fleet directory\n")
+    assert head_commit(root) == v1  # the monorepo's other files are not the fleet's
+    (root / "notes.txt").write_text("untracked\n")
+    assert head_commit(root) == f"{v1}-dirty"
+    (root / ".gitignore").write_text("notes.txt\n")
+    _commit(repo, "ignore notes")
+    assert head_commit(root) == str(repo.head.commit.hexsha)  # ignored files are not changes
+    pool = root / "nodepools" / "a" / "pool.yaml"
+    pool.write_text(pool.read_text() + "# staged\n")
+    repo.git.add(str(pool))
+    assert head_commit(root).endswith("-dirty")  # type: ignore[union-attr]
+
+
+def test_head_commit_outside_git_or_before_the_first_commit(tmp_path: Path) -> None:
+    assert head_commit(tmp_path) is None
+    git.Repo.init(tmp_path)
+    assert head_commit(tmp_path) is None
+    assert head_commit(tmp_path / "missing") is None

@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from gitops_gpu.fleet.models import DriverSettings
 from gitops_gpu.fleet.yamlio import parse_single
@@ -21,6 +22,14 @@ def test_every_row_has_a_source() -> None:
     assert rows and all(str(r.get("source", "")).strip() for r in rows)
     assert m.auto_source
     assert all(r.get("basis") and r.get("line") for r in m.mig_profiles.values())
+
+
+@pytest.mark.parametrize("name", ["version_matrix.yaml", "mig_profiles.yaml"])
+def test_data_files_read_the_same_as_yaml_1_2(name: str) -> None:
+    # libyaml reads YAML 1.1: a `yes`, `on` or `0755` in a data file would change meaning
+    text = (Path(matrix.__file__).resolve().parents[1] / "data" / name).read_text()
+    assert matrix.load_data_text(text) == YAML(typ="safe", pure=True).load(text)
+    assert matrix.load_data_text("a: yes\n") != YAML(typ="safe", pure=True).load("a: yes\n")
 
 
 def test_products_reference_known_architectures_and_mig_models() -> None:
