@@ -17,7 +17,7 @@ from gitops_gpu.cli import limits_args, options, verify_args
 from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import FleetError, GitopsGpuError
 from gitops_gpu.fleet import compile as fleet_compile
-from gitops_gpu.fleet import export
+from gitops_gpu.fleet import export, scratch
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
 from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.preflight import crd_source, history
@@ -238,7 +238,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
         return Exit.USAGE
     try:
         # The same tree check and the controller judge (fleet/export.py), not the raw checkout.
-        with tempfile.TemporaryDirectory(prefix="gitops-gpu-tree-") as tmp:
+        with scratch.scratch_dir("gitops-gpu-tree-") as tmp:
             repo = load_repo(export.export_tree(root, Path(tmp)).root)
         commit = args.commit or history.head_commit(root) or "working-tree"
         compiled = fleet_compile.compile_fleet(repo, commit)

@@ -180,7 +180,8 @@ def _compile_cluster(
     pool_names: list[str],
     commit: str,
 ) -> tuple[ClusterTarget, list[Conflict]]:
-    docs = {p: repo.merged_policy(p) for p in pool_names}
+    # read-only views sharing the base's maps; what is changed below is copied first
+    docs = {p: repo.policy_view(p) for p in pool_names}
     # Per-pool values the operator can realise per node become node labels (fleet/lowering.py).
     lowered = lowering.lower(docs)
     parts = {p: policy.cluster_part(d) for p, d in lowered.docs.items()}

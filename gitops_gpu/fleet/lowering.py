@@ -122,28 +122,36 @@ def _get(doc: Mapping[str, Any], path: PathKey) -> Any:
     return node
 
 
-def _drop(doc: dict[str, Any], path: PathKey) -> None:
-    """Remove ``spec.<path>``, and the maps it leaves empty (so "config: {default: x}" in one
-    pool and nothing in another agree once the default is lowered)."""
-    chain: list[dict[Any, Any]] = []
-    node: Any = doc.get("spec")
-    for key in path[:-1]:
-        if not isinstance(node, dict):
-            return
-        chain.append(node)
-        node = node.get(key)
-    if not isinstance(node, dict) or path[-1] not in node:
-        return
-    node.pop(path[-1])
-    for parent, key in zip(reversed(chain), reversed(path[:-1]), strict=True):
-        if parent.get(key) == {}:
-            parent.pop(key)
+def _dropped(doc: dict[str, Any], path: PathKey) -> dict[str, Any]:
+    """``doc`` without ``spec.<path>`` and the maps that leaves empty (so "config: {default:
+    x}" in one pool and nothing in another agree once the default is lowered). ``doc`` is not
+    changed: only the maps on the path are new, the rest is shared with it."""
+    spec = doc.get("spec")
+    kept = _without(spec, path)
+    return doc if kept is spec else {**doc, "spec": kept}
+
+
+def _without(node: Any, path: PathKey) -> Any:
+    if not isinstance(node, dict) or path[0] not in node:
+        return node
+    out = dict(node)
+    if len(path) == 1:
+        out.pop(path[0])
+        return out
+    child = _without(node[path[0]], path[1:])
+    if child is node[path[0]]:
+        return node
+    if child == {}:
+        out.pop(path[0])
+    else:
+        out[path[0]] = child
+    return out
 
 
 def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
     """Lower the fields the pools of one cluster disagree on and the operator can realise per
     node. Fields the pools agree on stay in the ClusterPolicy as they are."""
-    out = {p: plain.copy(d) for p, d in docs.items()}
+    out = dict(docs)  # each pool's document, copied only where a field is dropped
     labels: dict[str, dict[str, str]] = {p: {} for p in docs}
     patch: dict[PathKey, Any] = {}
     for path, label in LABEL_FIELDS.items():
@@ -153,7 +161,7 @@ def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
         if not all(v is MISSING or isinstance(v, str) for v in values.values()):
             continue  # ill-typed: left to the schema check and GG020
         for pool, value in values.items():
-            _drop(out[pool], path)
+            out[pool] = _dropped(out[pool], path)
             if value not in (MISSING, ""):  # "" selects nothing: the operand's own fallback
                 labels[pool][label] = value
     for path, label in CONFIG_NAMES.items():
@@ -168,9 +176,9 @@ def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
         lowered = any(label in lab for lab in labels.values())
         if lowered and unnamed and len(named) == 1:
             value = next(v for v in values.values() if v not in (MISSING, ""))
-            patch[path] = value
+            patch[path] = plain.copy(value)  # the views share the base: not theirs to give
             for pool in docs:
-                _drop(out[pool], path)
+                out[pool] = _dropped(out[pool], path)
     for key, (component, default) in OPERANDS.items():
         path = (key, "enabled")
         values = {p: _get(d, path) for p, d in docs.items()}
@@ -181,7 +189,7 @@ def lower(docs: Mapping[str, dict[str, Any]]) -> Lowered:
             continue
         patch[path] = True
         for pool, on in effective.items():
-            _drop(out[pool], path)
+            out[pool] = _dropped(out[pool], path)
             if not on:
                 labels[pool][names.DEPLOY_LABEL_PREFIX + component] = "false"
     return Lowered(out, labels, patch)

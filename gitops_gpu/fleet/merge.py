@@ -42,6 +42,22 @@ def merge_into(out: dict[Any, Any], overlay: dict[Any, Any]) -> dict[Any, Any]:
     return out
 
 
+def merge_shared(base: dict[Any, Any], overlay: dict[Any, Any]) -> dict[Any, Any]:
+    """``overlay`` merged over ``base`` (null-free) as :func:`merge_into` does, without copying
+    what the overlay leaves alone: the result shares those maps and lists with ``base``, so it
+    is for reading only. 2,000 pools over one base cost one base, and a check that has judged
+    a shared part once (preflight/schema.py) knows it for every pool."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_shared(out[key], value)
+        else:
+            out[key] = prune_nulls(value)
+    return out
+
+
 def origin(path: PathKey, overlay: Document | None, base: Document | None) -> tuple[str, int]:
     """The file and line a merged field came from: the overlay if it wrote the field (or the
     closest ancestor of it), else the base."""

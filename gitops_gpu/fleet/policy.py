@@ -36,9 +36,10 @@ MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<absent>"})()
 
 
 def cluster_part(doc: dict[str, Any]) -> dict[str, Any]:
-    """The cluster-scoped part of a merged ClusterPolicy document (what must agree)."""
+    """The cluster-scoped part of a merged ClusterPolicy document (what must agree). It shares
+    maps with ``doc``: read it, copy before changing it."""
     meta = doc.get("metadata") or {}
-    spec = plain.copy(doc.get("spec") or {})
+    spec = dict(doc.get("spec") or {})
     for key in POOL_SPEC_KEYS:
         spec.pop(key, None)
     driver = spec.get("driver")

@@ -81,33 +81,47 @@ def _selector_where(repo: FleetRepo, pool: str) -> tuple[str, int]:
     return doc.file, doc.where(("spec", "nodeSelector"))[0]
 
 
+def nested_pairs(sels: Sequence[frozenset[tuple[str, str]]]) -> list[tuple[int, int]]:
+    """Every (i, j), i < j, where one selector's label set holds the other's, in pair order.
+
+    Not every pair: a pool is compared with the pools that carry its rarest label (all pools
+    for an empty selector), so 2,000 pools with their own label each cost 2,000 look-ups."""
+    index: dict[tuple[str, str], list[int]] = {}
+    for i, sel in enumerate(sels):
+        for item in sel:
+            index.setdefault(item, []).append(i)
+    found: set[tuple[int, int]] = set()
+    for i, sel in enumerate(sels):
+        near = min((index[item] for item in sel), key=len) if sel else range(len(sels))
+        found.update((min(i, j), max(i, j)) for j in near if j != i and sel <= sels[j])
+    return sorted(found)
+
+
 def static_overlaps(repo: FleetRepo) -> Iterator[Finding]:
     """GG021: identical selectors, or one a subset of another, in the same cluster."""
     for cluster, pools in repo.cluster_pools().items():
         sels = {p: repo.pools[p].model.spec.node_selector for p in pools}
-        for i, a in enumerate(pools):
-            for b in pools[i + 1 :]:
-                sa, sb = sels[a].items(), sels[b].items()
-                if not (sa <= sb or sb <= sa):
-                    continue
-                wider, narrower = (a, b) if sa <= sb else (b, a)
-                what = (
-                    "the same node selector"
-                    if sa == sb
-                    else (f"a node selector that matches every node of '{narrower}'")
-                )
-                file, line = _selector_where(repo, wider)
-                yield Finding.make(
-                    "GG021",
-                    f"pools '{wider}' and '{narrower}' of cluster '{cluster}': '{wider}' has "
-                    f"{what} ({dict(sels[wider])}); two NVIDIADrivers would claim the same nodes",
-                    file=file,
-                    line=line,
-                    pool=wider,
-                    cluster=cluster,
-                    field="spec.nodeSelector",
-                    fix=f"add a label to '{wider}'s selector that '{narrower}'s nodes do not carry",
-                )
+        for i, j in nested_pairs([frozenset(sels[p].items()) for p in pools]):
+            a, b = pools[i], pools[j]
+            sa, sb = sels[a].items(), sels[b].items()
+            wider, narrower = (a, b) if sa <= sb else (b, a)
+            what = (
+                "the same node selector"
+                if sa == sb
+                else (f"a node selector that matches every node of '{narrower}'")
+            )
+            file, line = _selector_where(repo, wider)
+            yield Finding.make(
+                "GG021",
+                f"pools '{wider}' and '{narrower}' of cluster '{cluster}': '{wider}' has "
+                f"{what} ({dict(sels[wider])}); two NVIDIADrivers would claim the same nodes",
+                file=file,
+                line=line,
+                pool=wider,
+                cluster=cluster,
+                field="spec.nodeSelector",
+                fix=f"add a label to '{wider}'s selector that '{narrower}'s nodes do not carry",
+            )
 
 
 def matches(selector: Mapping[str, str], node: Mapping[str, Any]) -> bool:

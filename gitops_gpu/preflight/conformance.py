@@ -17,6 +17,7 @@ from gitops_gpu.fleet import policy
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo
 from gitops_gpu.fleet.yamlio import PathKey, dotted
+from gitops_gpu.preflight import schema
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.preflight.schema import CrdSchema
 
@@ -41,10 +42,12 @@ def cluster_policies(
 ) -> Iterator[Finding]:
     """GG010 for each pool's merged ClusterPolicy."""
     crd = _need(crds, names.CLUSTER_POLICY_API)
+    memo: schema.Memo = {}  # the views share the base's maps: each is judged once
     for pool in sorted(repo.pools):
         doc = repo.policy_view(pool)
         # the compiler renames the object; only the spec is the user's to get right
-        for issue in crd.validate({**doc, "metadata": {"name": names.CLUSTER_POLICY_NAME}}):
+        named = {**doc, "metadata": {"name": names.CLUSTER_POLICY_NAME}}
+        for issue in crd.validate(named, memo):
             file, line = fleet_compile.locate(repo, pool, issue.path)
             yield Finding.make(
                 "GG010",

@@ -6,14 +6,13 @@ temporary directory and loaded with the same loader, so both sides are compiled 
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitops_gpu.errors import SourceError
 from gitops_gpu.fleet import compile as fleet_compile
-from gitops_gpu.fleet import export
+from gitops_gpu.fleet import export, scratch
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo, load_repo
 from gitops_gpu.preflight.findings import Finding
@@ -68,7 +67,7 @@ def export_revision(path: Path, rev: str, dest: Path) -> tuple[Path, str]:
 
 def load_revision(path: Path, rev: str) -> tuple[FleetRepo, str]:
     """Load the fleet repo at ``rev`` (everything is read into memory; the export is removed)."""
-    with tempfile.TemporaryDirectory(prefix="gitops-gpu-base-") as tmp:
+    with scratch.scratch_dir("gitops-gpu-base-") as tmp:
         root, sha = export_revision(path, rev, Path(tmp))
         return load_repo(root), sha
 

@@ -11,7 +11,6 @@ directory, no CRDs, unknown revision, unreachable cluster) raise GitopsGpuError 
 from __future__ import annotations
 
 import datetime
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 from gitops_gpu import names
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import compile as fleet_compile
-from gitops_gpu.fleet import export, mig_layouts
+from gitops_gpu.fleet import export, mig_layouts, scratch
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.export import TreeError
 from gitops_gpu.fleet.loader import FleetRepo, RepoLoadError, load_repo
@@ -101,7 +100,7 @@ def run_preflight(
     sha = commit or history.head_commit(root) or "working-tree"
     # The loader reads an export, never the checkout itself: the same rules for submodules,
     # symlinks, special files and sizes as the controller's export of the commit.
-    with tempfile.TemporaryDirectory(prefix="gitops-gpu-tree-") as tmp:
+    with scratch.scratch_dir("gitops-gpu-tree-") as tmp:
         notes: list[Finding] = []
         tree = root
         if not exported:

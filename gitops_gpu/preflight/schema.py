@@ -63,10 +63,25 @@ class CrdSchema:
     schema: Schema
     skipped_rules: list[tuple[str, str]] = field(default_factory=list)  # (path, rule)
 
-    def validate(self, obj: Any) -> list[SchemaIssue]:
-        out: list[SchemaIssue] = []
-        _check(obj, self.schema, (), out, self)
-        return out
+    def validate(self, obj: Any, memo: Memo | None = None) -> list[SchemaIssue]:
+        """The issues of ``obj``. ``memo`` (one per batch of read-only objects, e.g. every
+        pool's merged policy, which share the base's maps): a map or list judged once is
+        not judged again; its issues are repeated at the path it has in each object."""
+        out: list[_Issue] = []
+        _check(obj, self.schema, (), out, _Run(self.kind, memo))
+        return [SchemaIssue(path, f"{_dot(path)}: {message}", fix) for path, message, fix in out]
+
+
+# (id of a map or list, id of its schema) -> (the value, kept so the id stays its own; the
+# issues found in it, paths relative to it)
+Memo = dict[tuple[int, int], tuple[Any, tuple["_Issue", ...]]]
+_Issue = tuple[PathKey, str, str]  # path, message, fix
+
+
+@dataclass(frozen=True)
+class _Run:
+    kind: str
+    memo: Memo | None
 
 
 def _type_name(v: Any) -> str:
@@ -83,15 +98,27 @@ def _dot(path: PathKey) -> str:
     return s or "<root>"
 
 
-def _issue(out: list[SchemaIssue], path: PathKey, message: str, fix: str) -> None:
-    out.append(SchemaIssue(path, f"{_dot(path)}: {message}", fix))
+def _issue(out: list[_Issue], path: PathKey, message: str, fix: str) -> None:
+    out.append((path, message, fix))
 
 
-def _check(
-    value: Any, schema: Schema, path: PathKey, out: list[SchemaIssue], crd: CrdSchema
-) -> None:
+def _check(value: Any, schema: Schema, path: PathKey, out: list[_Issue], run: _Run) -> None:
     if value is None:
         return  # pruned by the apiserver unless nullable, and then null is allowed
+    memo = run.memo
+    if memo is not None and type(value) in (dict, list):
+        key = (id(value), id(schema))
+        hit = memo.get(key)
+        if hit is None:
+            found: list[_Issue] = []
+            _check_value(value, schema, (), found, run)
+            hit = memo[key] = (value, tuple(found))
+        out.extend(((*path, *rel), message, fix) for rel, message, fix in hit[1])
+        return
+    _check_value(value, schema, path, out, run)
+
+
+def _check_value(value: Any, schema: Schema, path: PathKey, out: list[_Issue], run: _Run) -> None:
     if schema.get("x-kubernetes-int-or-string"):
         if not (_TYPES["integer"](value) or isinstance(value, str)):
             _issue(
@@ -111,13 +138,13 @@ def _check(
         return
     for key in ("anyOf", "oneOf"):
         if key in schema and not schema.get("x-kubernetes-int-or-string"):
-            ok = sum(1 for sub in schema[key] if not _sub_issues(value, sub, path, crd))
+            ok = sum(1 for sub in schema[key] if not _sub_issues(value, sub, path, run))
             if ok == 0 or (key == "oneOf" and ok > 1):
                 _issue(
                     out, path, f"does not match {key} of the schema", "see the CRD for this field"
                 )
     for sub in schema.get("allOf", []):
-        _check(value, sub, path, out, crd)
+        _check(value, sub, path, out, run)
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(repr(e) for e in schema["enum"])
         _issue(
@@ -131,16 +158,16 @@ def _check(
     elif isinstance(value, int | float) and not isinstance(value, bool):
         _check_number(value, schema, path, out)
     elif isinstance(value, list):
-        _check_array(value, schema, path, out, crd)
+        _check_array(value, schema, path, out, run)
     elif isinstance(value, dict):
-        _check_object(value, schema, path, out, crd)
+        _check_object(value, schema, path, out, run)
     for rule in schema.get("x-kubernetes-validations", []):
-        _check_rule(value, rule, path, out, crd)
+        _check_rule(value, rule, path, out, run)
 
 
-def _sub_issues(value: Any, schema: Schema, path: PathKey, crd: CrdSchema) -> list[SchemaIssue]:
-    sub: list[SchemaIssue] = []
-    _check(value, schema, path, sub, crd)
+def _sub_issues(value: Any, schema: Schema, path: PathKey, run: _Run) -> list[_Issue]:
+    sub: list[_Issue] = []
+    _check(value, schema, path, sub, run)
     return sub
 
 
@@ -154,7 +181,7 @@ def _type_fix(expected: str, value: Any) -> str:
     return f"write a value of type {expected}"
 
 
-def _check_string(value: str, schema: Schema, path: PathKey, out: list[SchemaIssue]) -> None:
+def _check_string(value: str, schema: Schema, path: PathKey, out: list[_Issue]) -> None:
     if "pattern" in schema and not _regex(schema["pattern"]).search(value):
         _issue(
             out,
@@ -168,7 +195,7 @@ def _check_string(value: str, schema: Schema, path: PathKey, out: list[SchemaIss
         _issue(out, path, f"shorter than {schema['minLength']} characters", "lengthen it")
 
 
-def _check_number(value: float, schema: Schema, path: PathKey, out: list[SchemaIssue]) -> None:
+def _check_number(value: float, schema: Schema, path: PathKey, out: list[_Issue]) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         _issue(out, path, f"{value} is not a finite number", "write a finite number")
         return
@@ -183,7 +210,7 @@ def _check_number(value: float, schema: Schema, path: PathKey, out: list[SchemaI
 
 
 def _check_array(
-    value: list[Any], schema: Schema, path: PathKey, out: list[SchemaIssue], crd: CrdSchema
+    value: list[Any], schema: Schema, path: PathKey, out: list[_Issue], run: _Run
 ) -> None:
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         _issue(out, path, f"more than {schema['maxItems']} items", "remove items")
@@ -192,7 +219,7 @@ def _check_array(
     items = schema.get("items")
     if isinstance(items, dict):
         for i, item in enumerate(value):
-            _check(item, items, (*path, i), out, crd)
+            _check(item, items, (*path, i), out, run)
     kind = schema.get("x-kubernetes-list-type")
     keys = schema.get("x-kubernetes-list-map-keys") or []
     if kind == "set" or (kind == "map" and keys):
@@ -211,15 +238,15 @@ def _check_array(
 
 
 def _check_object(
-    value: dict[str, Any], schema: Schema, path: PathKey, out: list[SchemaIssue], crd: CrdSchema
+    value: dict[str, Any], schema: Schema, path: PathKey, out: list[_Issue], run: _Run
 ) -> None:
     props: dict[str, Schema] = schema.get("properties", {})
     extra = schema.get("additionalProperties")
     for key, sub in value.items():
         if key in props:
-            _check(sub, props[key], (*path, key), out, crd)
+            _check(sub, props[key], (*path, key), out, run)
         elif isinstance(extra, dict):
-            _check(sub, extra, (*path, key), out, crd)
+            _check(sub, extra, (*path, key), out, run)
         elif not (
             extra is True
             or schema.get("x-kubernetes-preserve-unknown-fields")
@@ -229,7 +256,7 @@ def _check_object(
             _issue(
                 out,
                 (*path, key),
-                f"unknown field {key!r} (not in the {crd.kind} CRD)",
+                f"unknown field {key!r} (not in the {run.kind} CRD)",
                 f"remove it or fix its spelling (known here: {known}); the apiserver would "
                 "silently drop it",
             )
@@ -239,7 +266,7 @@ def _check_object(
 
 
 def _check_rule(
-    value: Any, rule: dict[str, Any], path: PathKey, out: list[SchemaIssue], crd: CrdSchema
+    value: Any, rule: dict[str, Any], path: PathKey, out: list[_Issue], run: _Run
 ) -> None:
     text = str(rule.get("rule", ""))
     if "oldSelf" in text:

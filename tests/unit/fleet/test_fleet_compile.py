@@ -232,3 +232,30 @@ def test_compile_does_not_mutate_the_repo(tmp_path: Path) -> None:
     before = repo.merged_policy("a")
     compile_fleet(repo, "x")
     assert repo.merged_policy("a") == before
+
+
+def _scribble(data: Any) -> None:
+    """Change every map and list inside ``data`` in place."""
+    if isinstance(data, dict):
+        for value in list(data.values()):
+            _scribble(value)
+        data["scribbled"] = True
+    elif isinstance(data, list):
+        for value in data:
+            _scribble(value)
+        data.append("scribbled")
+
+
+def test_compiled_objects_share_no_map_with_the_repo_or_each_other() -> None:
+    # the compiler reads each pool through views that share the base's maps (fast at 2,000
+    # pools); what it hands out must still be the caller's own to change
+    repo = load_repo(paths.fleet_example())
+    fresh = compile_fleet(load_repo(paths.fleet_example()), "x")
+    compiled = compile_fleet(repo, "x")
+    views = {p: repr(repo.policy_view(p)) for p in repo.pools}
+    for cluster in compiled.clusters.values():
+        _scribble(cluster.cluster_policy)
+        for target in cluster.pools.values():
+            _scribble(target.driver)
+    assert {p: repr(repo.policy_view(p)) for p in repo.pools} == views
+    assert compile_fleet(repo, "x") == fresh

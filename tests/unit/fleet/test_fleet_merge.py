@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops_gpu.fleet import plain
-from gitops_gpu.fleet.merge import merge, merge_into, origin, prune_nulls
+from gitops_gpu.fleet.merge import merge, merge_into, merge_shared, origin, prune_nulls
 from gitops_gpu.fleet.yamlio import parse_single
 
 
@@ -59,3 +59,15 @@ def test_merge_into_changes_only_the_owned_map() -> None:
     assert out is owned and out == {"a": {"x": 1, "z": {"k": [1, None]}}}
     out["a"]["z"]["k"].append(5)
     assert over == {"a": {"y": None, "z": {"k": [1, None]}}}
+
+
+def test_merge_shared_equals_merge_and_shares_only_what_the_overlay_left_alone() -> None:
+    base = {"a": {"x": 1, "y": [1, 2], "z": {"k": "v"}}, "b": {"c": [3]}, "keep": True}
+    over = {"a": {"y": [3], "z": None, "w": {"n": None, "m": 1}}, "keep": None}
+    before = plain.copy(base), plain.copy(over)
+    out = merge_shared(base, over)
+    assert out == merge(base, over) == {"a": {"x": 1, "y": [3], "w": {"m": 1}}, "b": {"c": [3]}}
+    assert (base, over) == before  # neither input changed
+    assert out["b"] is base["b"]  # untouched: the base's own map
+    assert out is not base and out["a"] is not base["a"]  # touched: new maps on the path
+    assert out["a"]["y"] is not over["a"]["y"]  # the overlay's values are its own copies

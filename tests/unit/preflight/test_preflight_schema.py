@@ -217,3 +217,25 @@ def test_yaml_1_1_booleans_get_a_precise_fix() -> None:
         i for i in crd.validate({"spec": {"toolkit": {"enabled": "yes"}}}) if "toolkit" in i.message
     ]
     assert "true or false" in issue.fix
+
+
+def test_a_memo_finds_the_same_issues_in_objects_that_share_maps() -> None:
+    # preflight validates every pool's view of one base with one memo; a shared map's issues
+    # must appear in each object at that object's path, as a fresh validation finds them
+    crd = _crd(CP_API)
+    base = minimal_base()
+    base["spec"]["toolkit"]["bogus"] = 1  # shared by every object below
+    base["spec"]["driver"]["version"] = 580  # a type error, also shared
+    objects = []
+    for i in range(4):
+        spec = dict(base["spec"])
+        if i % 2:
+            spec["devicePlugin"] = {"enabled": "yes"}  # each odd object's own issue
+        objects.append({**base, "spec": spec})
+    objects.append({**base, "spec": {"nested": {"toolkit": base["spec"]["toolkit"]}}})
+    memo: dict[Any, Any] = {}
+    for obj in objects:
+        fresh = crd.validate(copy.deepcopy(obj))
+        assert crd.validate(obj, memo) == fresh
+        assert fresh, "each object has issues to compare"
+    assert memo  # it was used
