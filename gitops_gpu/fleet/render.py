@@ -13,6 +13,7 @@ any other document goes through ruamel, so the bytes never depend on the path ta
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Mapping
@@ -60,16 +61,13 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./:=@%+-]([A-Za-z0-9_./:=@%+, -]*[A-Za-z0-9_./
 _NUMBER12 = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^0o[0-7]+$")
 
 
-def _all_plain(data: Any) -> bool:
-    if isinstance(data, str):
-        if not data:
-            return True  # '' from both
-        return bool(_PLAIN.match(data)) and not _NUMBER12.match(data) and ": " not in data
-    if isinstance(data, dict):
-        return all(_all_plain(k) and _all_plain(v) for k, v in data.items())
-    if isinstance(data, list):
-        return all(_all_plain(v) for v in data)
-    return data is None or isinstance(data, bool | int | float)
+def _plain_string(data: str) -> bool:
+    if not data:
+        return True  # '' from both
+    return bool(_PLAIN.match(data)) and not _NUMBER12.match(data) and ": " not in data
+
+
+_RESOLVED_LEN = 64
 
 
 def _fast_dumper() -> type | None:
@@ -79,29 +77,83 @@ def _fast_dumper() -> type | None:
         return None
 
     class Dumper(CSafeDumper):
-        pass
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            # libyaml's serializer asks the Python resolver twice per scalar; the answers
+            # repeat across 4,000 objects
+            if isinstance(value, str) and len(value) <= _RESOLVED_LEN:
+                return _resolve(kind, value, implicit)
+            return super().resolve(kind, value, implicit)
 
-    def represent_str(dumper: Any, data: str) -> Any:
-        if _YAML11.match(data):
-            return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
-        return dumper.represent_str(data)
+    @functools.lru_cache(maxsize=8192)
+    def _resolve(kind: Any, value: str, implicit: Any) -> Any:
+        return CSafeDumper.resolve(_RESOLVER, kind, value, implicit)
 
-    Dumper.add_representer(str, represent_str)
+    _RESOLVER = CSafeDumper(io.StringIO())
     return Dumper
 
 
 _FAST = _fast_dumper()
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def _fast_node(data: Any) -> Any:
+    """The node tree PyYAML's SafeRepresenter would build for ``data`` (block style, YAML 1.1
+    look-alikes single-quoted), or None when a string is not plain and ruamel must write the
+    document. Built here, not by the representer: its per-object bookkeeping (alias
+    detection, representer lookup) was two thirds of rendering 2,000 pools."""
+    from yaml import nodes  # noqa: PLC0415 - only with libyaml, which _FAST has checked
+
+    def build(value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            if not _plain_string(value):
+                raise _NotPlain
+            return nodes.ScalarNode(_STR, value, style="'" if _YAML11.match(value) else None)
+        if kind is dict:
+            return nodes.MappingNode(
+                _MAP, [(build(k), build(v)) for k, v in value.items()], flow_style=False
+            )
+        if kind is list:
+            return nodes.SequenceNode(_SEQ, [build(v) for v in value], flow_style=False)
+        if kind is bool:
+            return nodes.ScalarNode("tag:yaml.org,2002:bool", "true" if value else "false")
+        if kind is int:
+            return nodes.ScalarNode("tag:yaml.org,2002:int", str(value))
+        if value is None:
+            return nodes.ScalarNode("tag:yaml.org,2002:null", "null")
+        if kind is float:
+            return _FLOATS.represent_float(value)
+        raise _NotPlain
+
+    try:
+        return build(data)
+    except _NotPlain:
+        return None
+
+
+class _NotPlain(Exception):
+    """A value libyaml's path does not write as ruamel does."""
+
+
+def _float_representer() -> Any:
+    try:
+        from yaml.representer import SafeRepresenter as PyYamlRepresenter  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - PyYAML is a dependency
+        return None
+    return PyYamlRepresenter()
+
+
+_FLOATS = _float_representer()
 
 
 def render_yaml(data: Any) -> str:
     """One YAML document, keys sorted, deterministic."""
     plain = _plain(data)
-    if _FAST is not None and _all_plain(plain):
+    node = _fast_node(plain) if _FAST is not None else None
+    if node is not None:
         import yaml  # noqa: PLC0415
 
-        out: str = yaml.dump(
-            plain, Dumper=_FAST, default_flow_style=False, width=1 << 16, sort_keys=False
-        )
+        out: str = yaml.serialize(node, Dumper=_FAST, width=1 << 16)
         return out
     buf = io.StringIO()
     _yaml().dump(plain, buf)
