@@ -76,19 +76,20 @@ def _fast_dumper() -> type | None:
     except ImportError:  # PyYAML built without libyaml: ruamel does it all
         return None
 
+    resolver: Any = CSafeDumper(io.StringIO())  # the tables are the class's; any instance
+
+    @functools.lru_cache(maxsize=8192)
+    def remembered(kind: Any, value: str, implicit: Any) -> Any:
+        return resolver.resolve(kind, value, implicit)
+
     class Dumper(CSafeDumper):
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             # libyaml's serializer asks the Python resolver twice per scalar; the answers
             # repeat across 4,000 objects
             if isinstance(value, str) and len(value) <= _RESOLVED_LEN:
-                return _resolve(kind, value, implicit)
-            return super().resolve(kind, value, implicit)
+                return remembered(kind, value, implicit)
+            return resolver.resolve(kind, value, implicit)
 
-    @functools.lru_cache(maxsize=8192)
-    def _resolve(kind: Any, value: str, implicit: Any) -> Any:
-        return CSafeDumper.resolve(_RESOLVER, kind, value, implicit)
-
-    _RESOLVER = CSafeDumper(io.StringIO())
     return Dumper
 
 
@@ -107,7 +108,7 @@ def _fast_node(data: Any) -> Any:
         kind = type(value)
         if kind is str:
             if not _plain_string(value):
-                raise _NotPlain
+                raise _NotPlainError
             return nodes.ScalarNode(_STR, value, style="'" if _YAML11.match(value) else None)
         if kind is dict:
             return nodes.MappingNode(
@@ -123,15 +124,15 @@ def _fast_node(data: Any) -> Any:
             return nodes.ScalarNode("tag:yaml.org,2002:null", "null")
         if kind is float:
             return _FLOATS.represent_float(value)
-        raise _NotPlain
+        raise _NotPlainError
 
     try:
         return build(data)
-    except _NotPlain:
+    except _NotPlainError:
         return None
 
 
-class _NotPlain(Exception):
+class _NotPlainError(Exception):
     """A value libyaml's path does not write as ruamel does."""
 
 
