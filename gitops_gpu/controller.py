@@ -150,6 +150,15 @@ class Controller:
         self.drivers = Informer(
             client, *names.NVIDIA_DRIVER_API, label_selector=MANAGED_SELECTOR, coalesce=0.0
         )
+        # The brake, watched: an idle pass reads it from memory, not with a GET (issue 32).
+        self.control = Informer(
+            client,
+            "v1",
+            "ConfigMap",
+            namespace=cfg.namespace,
+            field_selector=f"metadata.name={CONTROL_CONFIGMAP}",
+            coalesce=0.0,
+        )
         watches = {names.NVIDIA_DRIVER_API: self.drivers}
         self.engine = engine.Engine(client, LiveReader(client, self.nodes, watches))
         self.reader = Reader(self.nodes, self.reports, self.pods)
@@ -236,7 +245,14 @@ class Controller:
             inf.stop()
 
     def _informers(self) -> tuple[Informer, ...]:
-        return (self.nodes, self.reports, self.pods, self.drivers, *self.operands.informers)
+        return (
+            self.nodes,
+            self.reports,
+            self.pods,
+            self.drivers,
+            self.control,
+            *self.operands.informers,
+        )
 
     def check_cluster(self) -> None:
         """At start: refuse a --cluster the fleet does not list (or a multi-cluster fleet without
@@ -273,8 +289,12 @@ class Controller:
         return self.executor.apply_stage(stage, commit, rollback=rollback)
 
     def line_stop(self) -> LineStop | None:
-        """Who stopped the line and why (rollout/line.py), or None while it runs."""
-        cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
+        """Who stopped the line and why (rollout/line.py), or None while it runs. From the
+        watch while it runs (the controller's loop), else one GET (a CLI command)."""
+        if self.control.synced:
+            cm = self.control.get(CONTROL_CONFIGMAP)
+        else:
+            cm = self.client.get("v1", "ConfigMap", CONTROL_CONFIGMAP, self.cfg.namespace)
         return line.from_data((cm or {}).get("data"))
 
     def paused(self) -> bool:

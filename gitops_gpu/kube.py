@@ -371,6 +371,7 @@ class Client:
         resource_version: str,
         timeout_seconds: int = 300,
         label_selector: str = "",
+        field_selector: str = "",
         namespace: str | None = None,
         decode: Callable[[bytes], Any] | None = None,
         coalesce: float = 0.0,
@@ -387,6 +388,8 @@ class Client:
         }
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         with self._lock:
             self.requests[f"WATCH {path}"] += 1
         resp = self._call(

@@ -104,6 +104,7 @@ class Informer:
         kind: str = "Node",
         *,
         label_selector: str = "",
+        field_selector: str = "",
         namespace: str | None = None,
         watch_timeout: int = 300,
         log_by: LogKey | None = None,
@@ -115,6 +116,7 @@ class Informer:
         self._stamp = kind in SEEN_KINDS
         self.coalesce = coalesce
         self.api_version, self.kind, self.label_selector = api_version, kind, label_selector
+        self.field_selector = field_selector
         self.namespace = namespace
         self.watch_timeout = watch_timeout
         self._items: dict[str, Obj] = {}
@@ -200,6 +202,7 @@ class Informer:
                 self.kind,
                 namespace=self.namespace,
                 label_selector=self.label_selector,
+                field_selector=self.field_selector,
                 limit=LIST_PAGE,
                 continue_token=cont,
                 decode=slim.list_decoder(self.kind),
@@ -239,6 +242,7 @@ class Informer:
                     resource_version=rv,
                     timeout_seconds=self.watch_timeout,
                     label_selector=self.label_selector,
+                    field_selector=self.field_selector,
                     namespace=self.namespace,
                     decode=slim.event_decoder(self.kind),
                     coalesce=self.coalesce,

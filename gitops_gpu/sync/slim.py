@@ -411,11 +411,13 @@ def list_decoder(kind: str) -> Decode | None:
 
 
 def same_facts(a: Obj, b: Obj) -> bool:
-    """Equal but for resourceVersion: a change no decision can see."""
+    """Equal but for resourceVersion: a change no decision can see (a ConfigMap's is data)."""
     ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
     return (
         a.get("spec") == b.get("spec")
         and a.get("status") == b.get("status")
+        and a.get("data") == b.get("data")
+        and a.get("binaryData") == b.get("binaryData")
         and {k: v for k, v in ma.items() if k != "resourceVersion"}
         == {k: v for k, v in mb.items() if k != "resourceVersion"}
     )

@@ -155,7 +155,7 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
         if res in ("configmaps", "secrets")
     }
     assert named == {
-        ("configmaps", ("gitops-gpu-control",), ("get",)),
+        ("configmaps", ("gitops-gpu-control",), ("get", "list", "watch")),
         ("configmaps", (), ("create",)),
         ("configmaps", ("gitops-gpu-ledger",), ("get", "update")),
         (

@@ -215,6 +215,8 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
     finally:
         ctl.stop_informers()
         lease.release()
+        # the pod that held a drain: left behind, it holds the next test's node of that name
+        admin.delete("v1", "Pod", "held-workload", NS)
     lease_obj = admin.get(*LEASE_API, "gitops-gpu-controller", NS)
     assert lease_obj is not None and lease_obj["spec"]["holderIdentity"] == ""
     # Events are best effort (a refused one is only logged at DEBUG): check they exist.
@@ -282,8 +284,13 @@ def test_the_controller_is_refused_everything_else(installed: Testbed) -> None:
         "metadata": {"name": "someone-else", "namespace": NS, "resourceVersion": "1"},
     }
     refused(lambda: sa.replace(other_lease))
-    # Allowed by name: the pause flag (absent here, so None rather than 403).
+    # Allowed by name: the pause flag (absent here, so None rather than 403), and its watch:
+    # listed by the field selector its name limits the grant to, no other ConfigMap.
     assert sa.get("v1", "ConfigMap", "gitops-gpu-control", NS) is None
+    control = "metadata.name=gitops-gpu-control"
+    assert sa.list("v1", "ConfigMap", namespace=NS, field_selector=control)["items"] == []
+    refused(lambda: sa.list("v1", "ConfigMap", namespace=NS))
+    refused(lambda: sa.list("v1", "ConfigMap", namespace=NS, field_selector="metadata.name=x"))
 
 
 def test_the_controller_pod_authenticates_in_cluster(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.scaffold import minimal_base, overlay, write_repo
 from gitops_gpu.fleet.yamlio import parse_documents
 from gitops_gpu.preflight import run_preflight
@@ -239,3 +240,26 @@ def test_a_memo_finds_the_same_issues_in_objects_that_share_maps() -> None:
         assert crd.validate(obj, memo) == fresh
         assert fresh, "each object has issues to compare"
     assert memo  # it was used
+
+
+def test_no_check_changes_the_base_the_pools_views_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every pool's read-only view shares the base's maps (loader.policy_view): a check that
+    # changed one would change every pool's policy, and what compile builds from them
+    seen: list[tuple[Any, Any]] = []
+    shared = loader.merge_shared
+
+    def recording(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+        view = shared(base, over)
+        seen.extend([(base, copy.deepcopy(base)), (view, copy.deepcopy(view))])
+        return view
+
+    monkeypatch.setattr(loader, "merge_shared", recording)
+    for root in (
+        paths.fleet_example(),
+        paths.fleet_example().parent / "fleet-repo-example-two-clusters",
+    ):
+        result = run_preflight(root, commit="x", crds_dir=CRDS)
+        assert result.compiled is not None
+    assert len(seen) > 10
+    changed = [before for obj, before in seen if obj != before]
+    assert changed == []
