@@ -22,7 +22,7 @@ from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError, SourceError
 from gitops_gpu.execute import Executor, cluster_error
-from gitops_gpu.fleet import loader
+from gitops_gpu.fleet import loader, mig_layouts, sharing
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.history_guard import HistoryGuard
 from gitops_gpu.leader import LeaseLock
@@ -51,7 +51,7 @@ from gitops_gpu.rollout.status import (
 from gitops_gpu.sealed import SealedRecord, stage_approvers
 from gitops_gpu.snapshot import PassSnapshot, Reader
 from gitops_gpu.sync import engine, verify_nodes, waits
-from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, pod_node
+from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, NamedKey, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
@@ -160,7 +160,22 @@ class Controller:
             coalesce=0.0,
         )
         watches = {names.NVIDIA_DRIVER_API: self.drivers}
-        self.engine = engine.Engine(client, LiveReader(client, self.nodes, watches))
+        # The repo-built ConfigMaps (device plugin, MIG layouts): each pass plans them from
+        # these watches instead of two GETs (a fleet naming another namespace still GETs).
+        self.built: dict[NamedKey, Informer] = {
+            ("v1", "ConfigMap", name, cfg.operator_namespace): Informer(
+                client,
+                "v1",
+                "ConfigMap",
+                namespace=cfg.operator_namespace,
+                field_selector=f"metadata.name={name}",
+                coalesce=0.0,
+            )
+            for name in (sharing.CONFIGMAP_NAME, mig_layouts.CONFIGMAP_NAME)
+        }
+        self.engine = engine.Engine(
+            client, LiveReader(client, self.nodes, watches, named=self.built)
+        )
         self.reader = Reader(self.nodes, self.reports, self.pods)
         self.observer = Observer()
         self._metered: dict[str, PoolHealth] = {}  # the pool health the gauges show
@@ -251,6 +266,7 @@ class Controller:
             self.pods,
             self.drivers,
             self.control,
+            *self.built.values(),
             *self.operands.informers,
         )
 

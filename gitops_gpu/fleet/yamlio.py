@@ -286,18 +286,19 @@ def _documents(file: str, events: Iterator[Any]) -> Iterator[Document]:
     problem: FleetError | None = None
     resolver: Any = _RESOLVER
     for event in events:
-        if _kind(event) == "DocumentStartEvent":
+        kind = type(event).__name__  # the same class names in ruamel and PyYAML
+        if kind == "DocumentStartEvent":
             depth = nodes = 0
             stack, positions, root = [], {}, []
             resolver = _RESOLVERS.get(tuple(event.version or ()), _RESOLVER)
             continue
-        if _kind(event) == "DocumentEndEvent":
+        if kind == "DocumentEndEvent":
             if root and problem is None:
                 yield Document(file, root[0], positions)
             continue
-        if _kind(event) in ("StreamStartEvent", "StreamEndEvent"):
+        if kind in ("StreamStartEvent", "StreamEndEvent"):
             continue
-        if _kind(event) in ("MappingEndEvent", "SequenceEndEvent"):
+        if kind in ("MappingEndEvent", "SequenceEndEvent"):
             depth -= 1
             if problem is None:
                 done = stack.pop()
@@ -305,7 +306,7 @@ def _documents(file: str, events: Iterator[Any]) -> Iterator[Document]:
             continue
         nodes += 1
         pos = _mark(event)
-        if _kind(event) in ("MappingStartEvent", "SequenceStartEvent"):
+        if kind in ("MappingStartEvent", "SequenceStartEvent"):
             depth += 1
             if depth > LIMITS.depth:
                 raise _err(
@@ -326,7 +327,7 @@ def _documents(file: str, events: Iterator[Any]) -> Iterator[Document]:
         if problem is not None:
             continue  # only the bounds are checked after a problem
         try:
-            _content(file, event, pos, stack, root, positions, resolver)
+            _content(file, event, kind, pos, stack, root, positions, resolver)
         except FleetError as exc:
             problem = exc
     if problem is not None:
@@ -336,6 +337,7 @@ def _documents(file: str, events: Iterator[Any]) -> Iterator[Document]:
 def _content(
     file: str,
     event: Event,
+    kind: str,
     pos: tuple[int, int],
     stack: list[_Open],
     root: list[Any],
@@ -344,7 +346,7 @@ def _content(
 ) -> None:
     """Add one node event's value to the document being built."""
     anchor = getattr(event, "anchor", None)
-    if _kind(event) == "AliasEvent":  # its anchor, if any, was refused before it
+    if kind == "AliasEvent":  # its anchor, if any, was refused before it
         raise _err(
             file,
             f"YAML syntax error: found undefined alias '{anchor}'",
@@ -363,12 +365,12 @@ def _content(
         _key(file, parent, positions, event, pos, resolver)
         return
     path = _child_path(parent, pos, positions)
-    if _kind(event) == "MappingStartEvent":
+    if kind == "MappingStartEvent":
         stack.append(_Open(path, {}))
-    elif _kind(event) == "SequenceStartEvent":
+    elif kind == "SequenceStartEvent":
         stack.append(_Open(path, []))
     else:
-        assert _kind(event) == "ScalarEvent"
+        assert kind == "ScalarEvent"
         _place(stack, root, _scalar_event(file, event, resolver))
 
 

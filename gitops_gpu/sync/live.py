@@ -14,6 +14,7 @@ and redo only their work.
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import threading
 import time
@@ -298,6 +299,13 @@ class Informer:
 MANAGED_MAX_AGE = 60.0
 
 
+NamedKey = tuple[str, str, str, str | None]  # api_version, kind, name, namespace
+
+
+def _rv(obj: Obj | None) -> str | None:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
 class LiveReader:
     """Reads managed objects; nodes from an Informer when one is given, else one LIST.
 
@@ -305,22 +313,31 @@ class LiveReader:
     detector: while it is synced and saw no event since the last LIST, ``managed`` returns that
     LIST again (at 125 pools the NVIDIADriver LIST was half an idle pass's CPU). Anything that
     changed them, our own writes included (``wrote``), means a fresh LIST. The objects are
-    shared between calls: read them, do not modify them."""
+    shared between calls: read them, do not modify them.
+
+    ``named``: per (api_version, kind, name, namespace), an Informer that holds that one object
+    (a field selector on its name): ``get`` answers from it while it is synced, so an idle pass
+    GETs nothing. After our own writes (``wrote``) it GETs until the watch has moved on."""
 
     def __init__(
         self,
         client: kube.Client,
         node_cache: Informer | None = None,
         watches: Mapping[tuple[str, str], Informer] | None = None,
+        named: Mapping[NamedKey, Informer] | None = None,
     ) -> None:
         self.client = client
         self.node_cache = node_cache
         self.watches = dict(watches or {})
+        self.named = dict(named or {})
         self._listed: dict[tuple[str, str], tuple[int, float, dict[str, Obj]]] = {}
+        self._wrote_at: dict[NamedKey, int] = {}  # the watch's version when we last wrote
 
     def wrote(self) -> None:
-        """We changed managed objects: the next ``managed`` LISTs."""
+        """We changed managed objects: the next ``managed`` LISTs, and ``get`` asks the server
+        until each named watch has seen a change."""
         self._listed.clear()
+        self._wrote_at = {key: inf.version for key, inf in self.named.items()}
 
     def nodes(self) -> list[Obj]:
         if self.node_cache is not None:
@@ -348,4 +365,15 @@ class LiveReader:
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
-        return self.client.get(api_version, kind, name, namespace)
+        key = (api_version, kind, name, namespace)
+        watch = self.named.get(key)
+        if watch is None or not watch.synced:
+            return self.client.get(api_version, kind, name, namespace)
+        if self._wrote_at.get(key) == watch.version:  # we wrote; the watch may trail it
+            live = self.client.get(api_version, kind, name, namespace)
+            if _rv(live) == _rv(watch.get(name)):
+                self._wrote_at.pop(key)  # the watch holds what the server holds
+            return live
+        self._wrote_at.pop(key, None)
+        found = watch.get(name)
+        return copy.deepcopy(found) if found is not None else None

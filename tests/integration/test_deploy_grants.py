@@ -161,7 +161,7 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
         (
             "configmaps",
             ("gitops-gpu-device-plugin-config", "gitops-gpu-mig-parted-config"),
-            ("get", "patch"),
+            ("get", "list", "watch", "patch"),
         ),
         ("secrets", (), ("create",)),
         ("secrets", ("gitops-gpu-record-key",), ("get",)),
