@@ -215,8 +215,10 @@ def test_staged_rollout_and_prune_as_the_controller_service_account(
     finally:
         ctl.stop_informers()
         lease.release()
-        # the pod that held a drain: left behind, it holds the next test's node of that name
-        admin.delete("v1", "Pod", "held-workload", NS)
+        # the pods made here, on the pool's first node: left behind, they hold the next test's
+        # node of that name (its drain waits on them)
+        for made in ("held-workload", "smoke-failed"):
+            admin.delete("v1", "Pod", made, NS)
     lease_obj = admin.get(*LEASE_API, "gitops-gpu-controller", NS)
     assert lease_obj is not None and lease_obj["spec"]["holderIdentity"] == ""
     # Events are best effort (a refused one is only logged at DEBUG): check they exist.
