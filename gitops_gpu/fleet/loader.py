@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import mig_layouts, plain, sharing
-from gitops_gpu.fleet.merge import merge, merge_into, merge_shared, prune_nulls
+from gitops_gpu.fleet.merge import merge, merge_shared, prune_nulls
 from gitops_gpu.fleet.models import ClusterPolicyDoc, Fleet, NodePool, check_label_value
 from gitops_gpu.fleet.problems import (
     REF_CODE,
@@ -84,7 +84,7 @@ class FleetRepo:
         overlay = src.data if src else {}
         if not isinstance(overlay, dict):
             return merge(self.base_doc.data if self.base_doc else {}, overlay)  # type: ignore[no-any-return]
-        return merge_into(plain.copy(self._pruned_base), overlay)
+        return plain.copy(merge_shared(self._pruned_base, overlay))
 
     def policy_view(self, pool: str) -> dict[str, Any]:
         """The pool's merged ClusterPolicy, built once and shared: for checks that only read

@@ -26,24 +26,11 @@ def merge(base: Any, overlay: Any) -> Any:
     """``overlay`` merged over ``base``; neither input is modified."""
     if not isinstance(base, dict) or not isinstance(overlay, dict):
         return prune_nulls(overlay)
-    return merge_into(prune_nulls(base), overlay)
-
-
-def merge_into(out: dict[Any, Any], overlay: dict[Any, Any]) -> dict[Any, Any]:
-    """``overlay`` merged over ``out``, a null-free map the caller owns (changed in place and
-    returned): what :func:`merge` does once ``out`` is its own pruned copy of the base."""
-    for key, value in overlay.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_into(out[key], value)
-        else:
-            out[key] = prune_nulls(value)
-    return out
+    return merge_shared(prune_nulls(base), overlay)  # a fresh copy: the result is the caller's
 
 
 def merge_shared(base: dict[Any, Any], overlay: dict[Any, Any]) -> dict[Any, Any]:
-    """``overlay`` merged over ``base`` (null-free) as :func:`merge_into` does, without copying
+    """``overlay`` merged over ``base`` (null-free) by the rules above, without copying
     what the overlay leaves alone: the result shares those maps and lists with ``base``, so it
     is for reading only. 2,000 pools over one base cost one base, and a check that has judged
     a shared part once (preflight/schema.py) knows it for every pool."""

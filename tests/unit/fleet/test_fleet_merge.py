@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gitops_gpu.fleet import plain
-from gitops_gpu.fleet.merge import merge, merge_into, merge_shared, origin, prune_nulls
+from gitops_gpu.fleet.merge import merge, merge_shared, origin, prune_nulls
 from gitops_gpu.fleet.yamlio import parse_single
 
 
@@ -50,15 +50,6 @@ def test_plain_copy_shares_no_map_or_list() -> None:
     out["a"].append(2)
     out["d"]["e"].append(3)
     assert data == {"a": [{"b": {"c": "x"}}, 1, None], "d": {"e": []}}
-
-
-def test_merge_into_changes_only_the_owned_map() -> None:
-    owned = {"a": {"x": 1, "y": 2}}
-    over = {"a": {"y": None, "z": {"k": [1, None]}}}
-    out = merge_into(owned, over)
-    assert out is owned and out == {"a": {"x": 1, "z": {"k": [1, None]}}}
-    out["a"]["z"]["k"].append(5)
-    assert over == {"a": {"y": None, "z": {"k": [1, None]}}}
 
 
 def test_merge_shared_equals_merge_and_shares_only_what_the_overlay_left_alone() -> None:
