@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from e2e_harness import Env, fast_gates, set_driver
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
+from gitops_gpu.errors import KubeError
 from gitops_gpu_dev import paths
 from gitops_gpu_dev.testbed import operator_sim as sim
 from gitops_gpu_dev.testbed.session import Testbed
@@ -97,24 +99,60 @@ def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         "v1", "Node", "canary-000", {"metadata": {"annotations": {sim.FAULT_ANN: "upgrade-failed"}}}
     )
     # upgrade-failed lasts until the rollback's driver pod is Ready again, which may come
-    # before the controller's rollback is seen here: watch for it from the bad commit on.
-    # The operator's ClusterPolicy reconcile may lag the upgrade controller's label on a busy
-    # machine, so every state seen while the node is upgrade-failed counts, not the first one.
+    # before the controller's rollback is seen here, and may be short on a busy machine: a
+    # watch from before the bad commit sees every state the node passes through (a poll can
+    # miss one). The operator's ClusterPolicy reconcile may lag the upgrade controller's label,
+    # so every state seen while the node is upgrade-failed counts, not the first one.
     cp_states: list[str | None] = []
+    history: list[str | None] = []
     window_closed = threading.Event()
     stop = threading.Event()
+    node = env.tb.client.get("v1", "Node", "canary-000") or {}
+    since = node.get("metadata", {}).get("resourceVersion", "0")
+
+    def upgrade_state(obj: Mapping[str, Any]) -> str | None:
+        return (obj.get("metadata", {}).get("labels") or {}).get(names.UPGRADE_STATE_LABEL)
+
+    def record_cp_state() -> None:
+        cp = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
+        cp_states.append(((cp or {}).get("status") or {}).get("state"))
 
     def watch_canary_000() -> None:
+        nonlocal since
+        state = upgrade_state(node)
         while not stop.is_set():
-            node = env.tb.client.get("v1", "Node", "canary-000") or {}
-            labels = node.get("metadata", {}).get("labels", {})
-            if labels.get(names.UPGRADE_STATE_LABEL) == "upgrade-failed":
-                cp = env.tb.client.get(*names.CLUSTER_POLICY_API, names.CLUSTER_POLICY_NAME)
-                cp_states.append(((cp or {}).get("status") or {}).get("state"))
-            elif cp_states:
-                window_closed.set()
-                return
-            stop.wait(0.1)
+            # Short streams, resumed from the last resourceVersion: nothing is missed between
+            # them, and the ClusterPolicy is read again at least once a second in the window.
+            try:
+                events = list(
+                    env.tb.client.watch(
+                        "v1",
+                        "Node",
+                        resource_version=since,
+                        timeout_seconds=1,
+                        field_selector="metadata.name=canary-000",
+                    )
+                )
+            except KubeError:
+                events = [{"type": "ERROR"}]
+            if any(e.get("type") == "ERROR" for e in events):
+                # A compacted resourceVersion (410) after a long quiet: re-read the node.
+                fresh = env.tb.client.get("v1", "Node", "canary-000") or {}
+                events = [{"type": "MODIFIED", "object": fresh}]
+            for event in events:
+                obj = event.get("object") or {}
+                since = obj.get("metadata", {}).get("resourceVersion", since)
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    state = upgrade_state(obj)
+                    if not history or history[-1] != state:
+                        history.append(state)
+                if state != "upgrade-failed" and cp_states:
+                    window_closed.set()
+                    return
+                if state == "upgrade-failed":
+                    record_cp_state()
+            if state == "upgrade-failed":
+                record_cp_state()
 
     watcher = threading.Thread(target=watch_canary_000, daemon=True)
     watcher.start()
@@ -128,13 +166,20 @@ def _scenario(env: Env, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
                 lambda: "notReady" in cp_states or window_closed.is_set(),
             )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\nstates seen: {cp_states}\n{_diagnose(env)}") from None
+            raise AssertionError(
+                f"{exc}\nClusterPolicy states seen: {cp_states}\n"
+                f"canary-000 upgrade states seen: {history}\n{_diagnose(env)}"
+            ) from None
     finally:
         stop.set()
         watcher.join(10)
     failed = _observe(env, bad, capsys)
     seen["failure"] = {
         "canary-000": "upgrade-failed" if cp_states else None,
+        # every upgrade state the node went through, from the bad commit to upgrade-failed
+        "canary-000 path": history[: history.index("upgrade-failed") + 1]
+        if "upgrade-failed" in history
+        else history,
         "stages": failed["stages"],
         # notReady if ever seen in the window, else what was seen (which then fails the compare)
         "clusterpolicy": "notReady" if "notReady" in cp_states else sorted(set(cp_states), key=str),
@@ -173,5 +218,7 @@ def test_simulator_and_real_operator_show_the_same_rollout(
     assert "mig-manager" not in real["bump"]["nodes"]["infer-l40s-000"]["deploy"]
     assert set(real["bump"]["pools"].values()) == {(1, 1)}
     assert real["failure"]["canary-000"] == "upgrade-failed"
+    assert real["failure"]["canary-000 path"][-1] == "upgrade-failed"
+    assert "pod-restart-required" in real["failure"]["canary-000 path"]
     assert real["failure"]["clusterpolicy"] == "notReady"  # v26.7.0: an upgrade is incomplete
     assert real["failure"]["stages"] == {"canary": "failure", "inference": None, "training": None}
