@@ -26,7 +26,7 @@ from gitops_gpu.fleet import loader, mig_layouts, sharing
 from gitops_gpu.fleet.compiled import CompiledFleet, StageSpec
 from gitops_gpu.history_guard import HistoryGuard
 from gitops_gpu.leader import LeaseLock
-from gitops_gpu.ledger import Ledger
+from gitops_gpu.ledger import Ledger, ledger_name
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
@@ -191,7 +191,18 @@ class Controller:
         key: SealKey | Callable[[], SealKey] = cfg.seal_key or load
         if cfg.record_key is not None and cfg.seal_key is None:
             key = load()  # a file: a bad one refuses the start
-        self.ledger = Ledger(client, cfg.namespace, cfg.cluster, keys=self.keyring)
+        # The ledger, watched like the brake: an idle pass re-reads it from memory.
+        self.ledger_watch = Informer(
+            client,
+            "v1",
+            "ConfigMap",
+            namespace=cfg.namespace,
+            field_selector=f"metadata.name={ledger_name(cfg.cluster)}",
+            coalesce=0.0,
+        )
+        self.ledger = Ledger(
+            client, cfg.namespace, cfg.cluster, keys=self.keyring, watch=self.ledger_watch
+        )
         self.record = SealedRecord(
             self.backend,
             key,
@@ -266,6 +277,7 @@ class Controller:
             self.pods,
             self.drivers,
             self.control,
+            self.ledger_watch,
             *self.built.values(),
             *self.operands.informers,
         )

@@ -15,7 +15,8 @@ write ConfigMaps there; docs/trust.md), holding:
 
 Everything is bounded to the controller's history window. Writes are PUTs with the
 resourceVersion read; a conflict (another writer, e.g. ``accept-history``) re-reads and redoes
-the change.
+the change. The controller watches the ConfigMap (an idle pass reads it from memory); without a
+synced watch (a CLI command) it is read with a GET at most every ``REREAD_SECONDS``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gitops_gpu import kube
 from gitops_gpu.errors import KubeError
@@ -37,6 +39,15 @@ LEDGER_PREFIX = "gitops-gpu-ledger"
 REREAD_SECONDS = 30.0
 MAX_VERDICTS = 1000  # ~450 KB at most: well inside a ConfigMap's 1 MiB
 _ATTEMPTS = 5
+
+
+class Watched(Protocol):
+    """The ledger ConfigMap's watch (sync/live.Informer): what it last saw, once synced."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def get(self, name: str) -> Mapping[str, Any] | None: ...
 
 
 def ledger_name(cluster: str | None) -> str:
@@ -132,31 +143,64 @@ class Ledger:
         *,
         keys: Keyring | None = None,
         clock: Callable[[], float] = time.monotonic,
+        watch: Watched | None = None,
     ) -> None:
         self.client, self.namespace, self.name = client, namespace, ledger_name(cluster)
         self.keys = keys
         self._clock = clock
+        self._watch = watch
         self._read_at: float | None = None
         self._version: str | None = None  # "" when the ConfigMap does not exist yet
+        # Versions this ledger has read or written: the watch showing one of them again is the
+        # watch trailing our own writes, not news (resourceVersions have no order to compare).
+        self._passed: deque[str] = deque(maxlen=64)
+        self._keys_seen = -1  # how many keys the data was parsed with (the own key joins late)
         self.data = LedgerData()
         self.writes = 0
 
     # -- reading ----------------------------------------------------------------------------------
     def refresh(self, *, force: bool = False) -> LedgerData:
-        """Read the ConfigMap again when it was read long enough ago (or ``force``)."""
+        """Take up what the watch shows, else read the ConfigMap again when it was read long
+        enough ago; ``force`` reads it with a GET (a write conflicted)."""
+        watched = not force and self._watch is not None and self._watch.synced
+        if watched and self._from_watch():
+            return self.data
         now = self._clock()
         if force or self._read_at is None or now - self._read_at >= REREAD_SECONDS:
             self._load()
             self._read_at = now
         return self.data
 
+    def _from_watch(self) -> bool:
+        """Adopt the watched ConfigMap when it is news; False when only a GET can tell (the
+        watch shows none while we hold one: it trails our create, or it was deleted)."""
+        assert self._watch is not None
+        cm = self._watch.get(self.name)
+        if cm is None:
+            if self._version:
+                return False
+            if self._version is None:
+                self.data, self._version = LedgerData(), ""
+            return True
+        version = str((cm.get("metadata") or {}).get("resourceVersion", ""))
+        if version not in self._passed:  # ours are all in there, the current one included
+            self._adopt(cm)
+        elif self.keys is not None and len(self.keys) != self._keys_seen:
+            self._load()  # parse again with the new key; a GET, as the watch may trail us
+        return True
+
     def _load(self) -> None:
         cm = self.client.get("v1", "ConfigMap", self.name, self.namespace)
         if cm is None:
             self.data, self._version = LedgerData(), ""
             return
-        self.data = parse(cm.get("data") or {}, self.keys)
-        self._version = str(cm["metadata"].get("resourceVersion", ""))
+        self._adopt(cm)
+
+    def _adopt(self, cm: Mapping[str, Any]) -> None:
+        self.data = parse(dict(cm.get("data") or {}), self.keys)
+        self._keys_seen = len(self.keys) if self.keys is not None else -1
+        self._version = str((cm.get("metadata") or {}).get("resourceVersion", ""))
+        self._passed.append(self._version)
 
     # -- writing ----------------------------------------------------------------------------------
     def change(self, edit: Callable[[LedgerData], bool]) -> bool:
@@ -197,6 +241,7 @@ class Ledger:
         else:
             done = self.client.create(obj)
         self._version = str(done["metadata"].get("resourceVersion", ""))
+        self._passed.append(self._version)
         self.writes += 1
 
     # -- the entries ------------------------------------------------------------------------------

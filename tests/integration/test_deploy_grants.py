@@ -142,7 +142,8 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
     assert len(cluster) == 1 and len(cluster[0]["rules"]) <= 10
     # 11th: evicting stale operand pods; 12-14: smoke-test Jobs, their pods and pod logs, in
     # one namespace only; 15-18: the ledger ConfigMap and the seal key Secret (create, then
-    # get/update by name only); 19: listing the pods and PDBs of nodes a driver upgrade waits on;
+    # get/update by name only, the ledger also watched by name); 19: listing the pods and PDBs
+    # of nodes a driver upgrade waits on;
     # 20-21: the repo-built sharing/MIG ConfigMaps in the operator's namespace (create, then
     # get/patch by name only).
     assert sum(len(r["rules"]) for r in roles) <= 21
@@ -157,7 +158,7 @@ def test_controller_rbac_is_small_and_has_no_wildcards() -> None:
     assert named == {
         ("configmaps", ("gitops-gpu-control",), ("get", "list", "watch")),
         ("configmaps", (), ("create",)),
-        ("configmaps", ("gitops-gpu-ledger",), ("get", "update")),
+        ("configmaps", ("gitops-gpu-ledger",), ("get", "list", "watch", "update")),
         (
             "configmaps",
             ("gitops-gpu-device-plugin-config", "gitops-gpu-mig-parted-config"),

@@ -293,6 +293,10 @@ def test_the_controller_is_refused_everything_else(installed: Testbed) -> None:
     assert sa.list("v1", "ConfigMap", namespace=NS, field_selector=control)["items"] == []
     refused(lambda: sa.list("v1", "ConfigMap", namespace=NS))
     refused(lambda: sa.list("v1", "ConfigMap", namespace=NS, field_selector="metadata.name=x"))
+    # ...and the ledger's watch, the same way (the ConfigMap may exist from an earlier test).
+    ledger = "metadata.name=gitops-gpu-ledger"
+    listed = sa.list("v1", "ConfigMap", namespace=NS, field_selector=ledger)["items"]
+    assert {c["metadata"]["name"] for c in listed} <= {"gitops-gpu-ledger"}
 
 
 def test_the_controller_pod_authenticates_in_cluster(

@@ -4,11 +4,15 @@ and two writers (a controller and `accept-history`) never lose each other's chan
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from gitops_gpu import ledger as ledger_module
+from gitops_gpu.kube import Client
 from gitops_gpu.ledger import Ledger, ledger_name
 from gitops_gpu.rollout.seal import Keyring, generate, parse_public_keys
 from gitops_gpu.rollout.status import CommitStatus, stage_context
+from gitops_gpu.sync.live import Informer
 from gitops_gpu_dev.testbed.session import Testbed
 
 KEY = generate("controller")
@@ -70,3 +74,60 @@ def test_two_writers_keep_both_changes(clean_cluster: Testbed) -> None:
     assert [v.sha for v in data.verdicts] == [SHA]
     assert [(a.sha, a.by, a.previous) for a in data.accepted] == [(OTHER, "alice", SHA)]
     assert person.writes == 1 and controller.writes == 2
+
+
+class _Frozen:
+    """A watch that stopped at one version of the ConfigMap: it trails the ledger's writes."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj, self.synced = obj, True
+
+    def get(self, name: str) -> Any:
+        return self.obj
+
+
+def _configmap_gets(client: Client) -> int:
+    """GETs of one ConfigMap by name (the informer's LIST is a GET of the collection)."""
+    return sum(
+        n for k, n in client.requests.items() if k.startswith("GET ") and "/configmaps/" in k
+    )
+
+
+def test_a_watched_ledger_reads_what_others_write_from_its_watch_not_with_gets(
+    clean_cluster: Testbed,
+) -> None:
+    writer = Ledger(clean_cluster.client, "default", "w", keys=RING)
+    writer.set_head(SHA)
+    client = Client.from_kubeconfig(clean_cluster.kubeconfig)
+    watch = Informer(
+        client,
+        "v1",
+        "ConfigMap",
+        namespace="default",
+        field_selector=f"metadata.name={ledger_name('w')}",
+        coalesce=0.0,
+    )
+    watch.start()
+    now = [0.0]
+    try:
+        watch.wait_synced()
+        ledger = Ledger(client, "default", "w", keys=RING, watch=watch, clock=lambda: now[0])
+        assert ledger.refresh().head == SHA
+        writer.record_verdict(verdict(OTHER))  # another writer: news the watch brings
+        deadline = time.monotonic() + 15
+        while [v.sha for v in ledger.refresh().verdicts] != [OTHER]:
+            assert time.monotonic() < deadline, "the watch never brought the other writer's verdict"
+            now[0] += ledger_module.REREAD_SECONDS  # a GET would be due on the timer alone
+            time.sleep(0.05)
+        assert _configmap_gets(client) == 0
+        # Our own write, then a watch still showing the version before it: no step back.
+        before = watch.get(ledger_name("w"))
+        ledger.admit(SHA)
+        ledger._watch = _Frozen(before)
+        assert ledger.refresh().admitted == {SHA} and _configmap_gets(client) == 0
+        # A watch that shows the ConfigMap gone while we hold one: a GET settles it.
+        ledger._watch = _Frozen(None)
+        assert ledger.refresh().admitted == {SHA} and _configmap_gets(client) == 1
+    finally:
+        watch.stop()
+        client.close()
