@@ -22,7 +22,7 @@ from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet import mig_layouts
 from gitops_gpu.fleet.compiled import ClusterTarget, CompiledFleet, PoolTarget
-from gitops_gpu.sync import diff, labels, mig_keys, prune, sharing_keys
+from gitops_gpu.sync import diff, labels, mig_keys, prune, sharing_keys, slim
 from gitops_gpu.sync.live import LiveReader, selector_matches
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,10 @@ class Engine:
         # (kind, name) -> (live_key, manifest digest): known to be in sync.
         self._in_sync: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
         self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
+        # Node -> (the resourceVersion its labels were planned from, the node our PATCH
+        # returned): while a node cache still shows the first, it trails our write, and the
+        # node is planned from the second (issue 32: a trailing cache re-patched whole pools).
+        self._written: dict[str, tuple[str, Obj]] = {}
 
     # -- plan -----------------------------------------------------------------------------------
     def _diff(self, manifest: Obj, live: Obj | None, pool: str | None) -> diff.ObjectDiff:
@@ -204,6 +208,8 @@ class Engine:
             drivers = self.reader.managed(DRV_API, DRV_KIND)
         if nodes is None:
             nodes = self.reader.nodes()
+        if self._written:
+            nodes = self._as_written(nodes)
         cluster_objects: list[diff.ObjectDiff] = []
         if selection.pools or selection.cluster_scoped:
             # Before the ClusterPolicy that names them: the plugin pods mount them.
@@ -276,6 +282,24 @@ class Engine:
             tuple(o for o in orphans if o.changes),
         )
 
+    def _as_written(self, nodes: Sequence[Obj]) -> list[Obj]:
+        """``nodes`` with those the cache shows from before our last write replaced by what the
+        write returned. A node the cache shows at any other version has moved on (our write
+        seen, or someone else's after it; one just before ours costs a redundant patch, as
+        versions cannot be ordered): it is planned as the cache shows it."""
+        trailing: dict[str, tuple[str, Obj]] = {}
+        out: list[Obj] = []
+        for node in nodes:
+            meta = node["metadata"]
+            written = self._written.get(str(meta["name"]))
+            if written is not None and str(meta.get("resourceVersion")) == written[0]:
+                trailing[str(meta["name"])] = written
+                out.append(written[1])
+            else:
+                out.append(node)
+        self._written = trailing
+        return out
+
     @staticmethod
     def _prunes(selection: Selection, live: Obj) -> bool:
         """Whether ``selection`` prunes the removed pool whose live NVIDIADriver is ``live``."""
@@ -331,9 +355,12 @@ class Engine:
         return result
 
     def _patch_node(self, d: diff.NodeLabelDiff, commit: str) -> None:
-        self.client.patch(
+        done = self.client.patch(
             "v1", "Node", d.node, labels.label_patch(d, commit), field_manager=self.field_manager
         )
+        planned = self._label_diffs.get(d.node)
+        if planned is not None and planned[1] is d:  # planned from this resourceVersion
+            self._written[d.node] = (str(planned[0][0]), slim.node(done))  # as a cache keeps it
 
     def _pool_nodes(self, pool: PoolPlan) -> list[Obj]:
         return [
