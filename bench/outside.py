@@ -8,7 +8,7 @@ import collections
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -102,16 +102,40 @@ class Idle:
     cpu_pct: float  # of one core
     rss_mib: float  # at the end of the window
     seconds: float
+    # % of a core per OS thread name (gitops_gpu/osthread.py names them; unnamed threads,
+    # thread pools among them, carry the process's name); children's CPU not in
+    threads: dict[str, float] = field(default_factory=dict)
+
+
+def threads(pid: int) -> dict[str, float]:
+    """CPU seconds (utime + stime) so far per thread name; threads that ended are not in."""
+    out: collections.defaultdict[str, float] = collections.defaultdict(float)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended between listing and reading
+            continue
+        out[name] += (int(fields[11]) + int(fields[12])) / TICK
+    return dict(out)
 
 
 def idle(pids: list[int], seconds: float) -> Idle:
     """CPU of ``pids`` together over ``seconds``, their finished children's included."""
     first = [sample(p) for p in pids]
+    per_first = [threads(p) for p in pids]
     time.sleep(seconds)
     last = [sample(p) for p in pids]
+    per_last = [threads(p) for p in pids]
     wall = last[0].at - first[0].at
     cpu = sum(b.cpu_s - a.cpu_s for a, b in zip(first, last, strict=True))
-    return Idle(100 * cpu / wall, sum(s.rss_mib for s in last), wall)
+    per: collections.defaultdict[str, float] = collections.defaultdict(float)
+    for a, b in zip(per_first, per_last, strict=True):
+        for name, spent in b.items():
+            per[name] += spent - a.get(name, 0.0)
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])
+    split = {k: 100 * v / wall for k, v in ranked if wall > 0}
+    return Idle(100 * cpu / wall, sum(s.rss_mib for s in last), wall, split)
 
 
 class AuditLog:

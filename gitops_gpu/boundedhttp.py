@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from gitops_gpu import peer_limits
+from gitops_gpu import osthread, peer_limits
 
 CHUNK = 1 << 16
 
@@ -54,6 +54,7 @@ class _Watchdog:
             self._cond.notify()
 
     def _run(self) -> None:
+        osthread.name_current()
         while True:
             with self._cond:
                 while not self._heap:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gitops_gpu import kube
+from gitops_gpu import kube, osthread
 from gitops_gpu.errors import KubeError
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,7 @@ class LeaseLock:
         self._changed.clear()
 
     def _loop(self) -> None:
+        osthread.name_current()
         while not self._stop.is_set():
             self.try_acquire()
             if self.is_leader and not self.holds():

@@ -50,6 +50,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gitops_gpu import osthread
 from gitops_gpu.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,7 @@ class ControllerServer:
 
     # -- the loop thread -------------------------------------------------------------------------
     def _run(self) -> None:
+        osthread.name_current()
         try:
             asyncio.run(self._main())
         except BaseException as exc:  # reported by start() when it failed to come up

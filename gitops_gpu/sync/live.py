@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gitops_gpu import names
+from gitops_gpu import names, osthread
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync import slim
 
@@ -232,6 +232,7 @@ class Informer:
         return str(page["metadata"]["resourceVersion"])
 
     def _run(self) -> None:
+        osthread.name_current(f"w-{self.kind}")  # 15 bytes: w-NodeGPUReport
         rv = ""
         while not self._stop.is_set():
             try:
