@@ -31,7 +31,7 @@ MEMO_MAX_AGE = 300.0
 UNAVAILABLE_MAX_AGE = 60.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Verdict:
     key: tuple[object, ...]
     report: Obj | None  # the report it judged, to tell a heartbeat from a change

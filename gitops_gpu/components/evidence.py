@@ -22,7 +22,7 @@ OPERATOR_NAMESPACE = "gpu-operator"
 Obj = Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeEvidence:
     name: str
     node: Obj

@@ -29,7 +29,7 @@ class Health(enum.IntEnum):
         return self.name.capitalize()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RungResult:
     """One component's verdict on one node; ``reason`` is one line, prefixed by the component."""
 
@@ -64,7 +64,7 @@ def result(component: str, health: Health, detail: str, *, skipped: bool = False
     return RungResult(component, health, f"{component}: {detail}", skipped)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unavailability:
     """Why a node is not available (components/node.py): ``kind`` for counts ("NotReady",
     "cordoned"), ``reason`` for people ("NotReady since 12m (NodeStatusUnknown)")."""
@@ -73,7 +73,7 @@ class Unavailability:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeHealth:
     """A node's verdict: the first rung that is not Healthy is the root cause, unless the node
     is not available: then the pool's ``unavailableNodes`` decides and ``unavailable`` says

@@ -62,7 +62,7 @@ class ObjectDiff:
         return self.action is not Action.UNCHANGED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeLabelDiff:
     node: str
     pool: str | None

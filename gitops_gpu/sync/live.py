@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import copy
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -242,7 +243,9 @@ class Informer:
                     self.api_version,
                     self.kind,
                     resource_version=rv,
-                    timeout_seconds=self.watch_timeout,
+                    # client-go's reflector: a random timeout in [watch_timeout, twice that),
+                    # so the watches renew apart, not in one burst (each renewal is a request).
+                    timeout_seconds=int(self.watch_timeout * (1 + random.random())),
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
                     namespace=self.namespace,
@@ -296,8 +299,10 @@ class Informer:
         return new_rv
 
 
-# A managed LIST is reused while its kind's watch saw no event, at most this long.
-MANAGED_MAX_AGE = 60.0
+# A managed LIST is reused while its kind's watch saw no event, at most this long: about a
+# watch's own renewal period (a watch that failed re-lists by itself; issue 32: the LIST a
+# minute was a twelfth of an idle controller's requests).
+MANAGED_MAX_AGE = 300.0
 
 
 NamedKey = tuple[str, str, str, str | None]  # api_version, kind, name, namespace

@@ -48,17 +48,22 @@ def decide(
 ) -> list[Change]:
     """What to change on the pool's nodes. ``commit``: what the pool's objects carry (None:
     not one commit yet); ``health``: the ladder's verdicts at that commit."""
+    if target is None or not target.verify_new_nodes:
+        # Most pools: only our taint to shed, and a node without taints has none (every pass
+        # walks every node, so this path stays short).
+        return [
+            Change(str(node["metadata"].get("name")), taint=False)
+            for node in members
+            if (node.get("spec") or {}).get("taints") and _tainted(node)
+        ]
     verdicts = {n.node: n.health for n in health.nodes} if health is not None else {}
     out = []
     for node in members:
         meta = node.get("metadata") or {}
         name = str(meta.get("name"))
-        tainted = any(
-            t.get("key") == names.UNVERIFIED_TAINT
-            for t in (node.get("spec") or {}).get("taints") or []
-        )
+        tainted = _tainted(node)
         verified = names.VERIFIED_ANNOTATION in (meta.get("annotations") or {})
-        if target is None or not target.verify_new_nodes or verified:
+        if verified:
             if tainted:
                 out.append(Change(name, taint=False))
             continue
@@ -67,6 +72,11 @@ def decide(
         elif not tainted:
             out.append(Change(name, taint=True))
     return out
+
+
+def _tainted(node: Obj) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == names.UNVERIFIED_TAINT for t in taints)
 
 
 def apply(client: kube.Client, changes: Sequence[Change]) -> int:

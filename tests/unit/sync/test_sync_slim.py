@@ -308,3 +308,38 @@ def test_a_watch_that_ends_after_the_informer_stopped_says_nothing(
     with caplog.at_level(logging.WARNING):
         inf._run()  # returns: stopped, not re-listing forever
     assert "watch failed" not in caplog.text
+
+
+def _two_gpu_report(name: str, volatile: int) -> dict[str, Any]:
+    gpus = [
+        {
+            "index": i,
+            "uuid": f"GPU-{name}-{i}",
+            "state": "ok",
+            "migMode": {"current": "disabled", "pending": "disabled"},
+            "eccUncorrected": {"volatile": volatile if i == 0 else 0, "aggregate": 0},
+            "pageRetirement": {"pending": "false", "failure": "false"},
+            "temperatureC": 40 + i,
+        }
+        for i in range(2)
+    ]
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "status": {"gpus": gpus}}
+
+
+def test_gpus_that_read_the_same_share_their_small_mappings_and_others_do_not() -> None:
+    a, b = slim.report(_two_gpu_report("a", 0)), slim.report(_two_gpu_report("b", 3))
+    ga, gb = a["status"]["gpus"], b["status"]["gpus"]
+    assert ga[0]["migMode"] is gb[1]["migMode"] is ga[1]["migMode"]
+    assert ga[0]["pageRetirement"] is gb[0]["pageRetirement"]
+    assert ga[0]["eccUncorrected"] is ga[1]["eccUncorrected"] is gb[1]["eccUncorrected"]
+    assert gb[0]["eccUncorrected"] == {"volatile": 3} != ga[0]["eccUncorrected"]
+    # ...and what each reads is what it was sent, GPU by GPU, its own uuid included.
+    assert [g["uuid"] for g in gb] == ["GPU-b-0", "GPU-b-1"]
+    assert ga[1] == {
+        "index": 1,
+        "uuid": "GPU-a-1",
+        "state": "ok",
+        "migMode": {"current": "disabled", "pending": "disabled"},
+        "pageRetirement": {"pending": "false", "failure": "false"},
+        "eccUncorrected": {"volatile": 0},
+    }
