@@ -8,7 +8,10 @@ The output is ruamel.yaml's. A document whose strings are all plain (no quotes, 
 newlines, non-ASCII, edge spaces or number-like text) is emitted by libyaml instead (PyYAML's
 C emitter, 10x faster: ``compile --out`` of 2,000 pools spent 26 s in ruamel's pure one), which
 writes exactly the same bytes for such documents (tests/unit/fleet/test_fleet_render_fast.py);
-any other document goes through ruamel, so the bytes never depend on the path taken.
+any other document goes through ruamel, so the bytes never depend on the path taken. The
+commonest documents (dicts, lists, ints, bools and strings libyaml writes plain or
+single-quoted) are written by :func:`_emit` directly, byte for byte as libyaml would (tested
+against both on compiled fleets and 3,000 random documents): 0.77 -> 0.13 s for 2,000 pools.
 """
 
 from __future__ import annotations
@@ -147,8 +150,114 @@ def _float_representer() -> Any:
 _FLOATS = _float_representer()
 
 
+def _resolver() -> tuple[Any, Any]:
+    try:
+        from yaml.nodes import ScalarNode  # noqa: PLC0415
+        from yaml.resolver import Resolver  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - PyYAML is a dependency
+        return None, None
+    return Resolver(), ScalarNode
+
+
+# PyYAML's YAML 1.1 resolver: what the serializer asks before writing a string plain.
+_RESOLVER, _SCALAR = _resolver()
+
+
+# Strings _emit writes itself: plain for _plain_string, and a first character that is no
+# indicator to libyaml ("%x", "@x", ",x", "-" then space) nor the start of "---" or "...".
+_EMIT_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-")
+_EMIT_MAX = 1024  # longer strings (and keys over 128, libyaml's simple-key limit) bail out
+
+
+@functools.lru_cache(maxsize=16384)
+def _token(value: str) -> str | None:
+    """How libyaml writes the string ``value`` in block context, or None when _emit must not."""
+    if not value:
+        return "''"
+    if (
+        len(value) > _EMIT_MAX
+        or value[0] not in _EMIT_FIRST
+        or value[-1] == ":"
+        or value.startswith(("---", "..."))
+        or (value[0] == "-" and (len(value) == 1 or value[1] == " "))
+        or not _plain_string(value)
+    ):
+        return None
+    if _YAML11.match(value) or _RESOLVER.resolve(_SCALAR, value, (True, False)) != _STR:
+        return "'" + value + "'"  # a bool, number, timestamp, "=" ... to a YAML 1.1 reader
+    return value
+
+
+def _leaf(value: Any) -> str:
+    kind = type(value)
+    token = _token(value) if kind is str else None
+    if token is not None:
+        return token
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if value is None:
+        return "null"
+    if (kind is dict or kind is list or kind is tuple) and not value:
+        return "{}" if kind is dict else "[]"
+    raise _NotPlainError  # floats, odd strings, other types: the node path decides
+
+
+def _emit_map(data: dict[Any, Any], indent: int, lead: str, out: list[str]) -> None:
+    pad = " " * indent
+    if any(type(k) is not str for k in data):
+        raise _NotPlainError
+    for k in sorted(data):
+        key = _token(k) if len(k) <= 120 else None
+        if key is None:
+            raise _NotPlainError
+        value = data[k]
+        kind = type(value)
+        if value and kind is dict:
+            out.append(f"{lead}{key}:\n")
+            _emit_map(value, indent + 2, " " * (indent + 2), out)
+        elif value and (kind is list or kind is tuple):
+            out.append(f"{lead}{key}:\n")
+            _emit_seq(value, indent, pad, out)  # libyaml's indentless sequence in a mapping
+        else:
+            out.append(f"{lead}{key}: {_leaf(value)}\n")
+        lead = pad
+
+
+def _emit_seq(data: list[Any] | tuple[Any, ...], indent: int, lead: str, out: list[str]) -> None:
+    pad = " " * indent
+    for item in data:
+        kind = type(item)
+        if item and kind is dict:
+            _emit_map(item, indent + 2, lead + "- ", out)
+        elif item and (kind is list or kind is tuple):
+            _emit_seq(item, indent + 2, lead + "- ", out)
+        else:
+            out.append(f"{lead}- {_leaf(item)}\n")
+        lead = pad
+
+
+def _emit(data: Any) -> str | None:
+    """libyaml's block output for a document of dicts, lists and plain scalars, written here
+    (no sort copy, no node tree: together half of rendering 2,000 pools), or None for anything
+    else. Every string it writes passes _token, so the bytes are those of the node path."""
+    if type(data) is not dict or not data:
+        return None
+    out: list[str] = []
+    try:
+        _emit_map(data, 0, "", out)
+    except _NotPlainError:
+        return None
+    return "".join(out)
+
+
 def render_yaml(data: Any) -> str:
     """One YAML document, keys sorted, deterministic."""
+    if _FAST is not None:
+        text = _emit(data)
+        if text is not None:
+            return text
     plain = _plain(data)
     node = _fast_node(plain) if _FAST is not None else None
     if node is not None:
