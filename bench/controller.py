@@ -102,6 +102,7 @@ def main() -> int:
             return 1
     users = [CTL_USER, *FLUX_USERS.values()]
     report = Report()
+    print(f"measuring gitops-gpu at {measured_commit()}", flush=True)
     with bench_env(
         args.pools, args.nodes_per_pool, args.operator, audit=outside.audit_args, users=users
     ) as bench:
@@ -127,6 +128,14 @@ def main() -> int:
         print(f"MISSED: {', '.join(report.missed)}")
         return 1
     return 0
+
+
+def measured_commit() -> str:
+    """This checkout's HEAD, and whether the tree differs from it (figures name their code)."""
+    project = Path(__file__).resolve().parents[1]
+    head = git(project, "rev-parse", "--short=12", "HEAD")
+    dirty = git(project, "status", "--porcelain", "--untracked-files=no")
+    return head + (" with uncommitted changes" if dirty else "")
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
@@ -244,7 +253,7 @@ def ours(
         wait_for("canary applied", lambda: carries(client, canary, new), 120)
         took = time.monotonic() - t
         report.figure(
-            "gitops-gpu commit -> canary applied (webhook)", f"{took:.2f}s", "< 2s", took < 2
+            "gitops-gpu commit -> canary applied (webhook)", f"{took:.2f}s", "< 1s", took < 1
         )
         # (The bump's own rollout is not waited for: the next commit supersedes it.)
         # Commit -> canary applied by polling alone (no webhook).
