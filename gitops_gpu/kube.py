@@ -29,6 +29,18 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as resourceVersion ``a`` is older than, equal to or newer than ``b`` (two
+    objects of one resource); None when either is not the positive integer without leading
+    zeros that makes them comparable (KEP-5504, stable in Kubernetes 1.35; opaque before)."""
+    for v in (a, b):
+        if not v.isdigit() or not v.isascii() or v[0] == "0":
+            return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
 @dataclass(frozen=True)
 class Resource:
     api_version: str

@@ -149,10 +149,10 @@ class Engine:
         # (kind, name) -> (live_key, manifest digest): known to be in sync.
         self._in_sync: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
         self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
-        # Node -> (the resourceVersion its labels were planned from, the node our PATCH
-        # returned): while a node cache still shows the first, it trails our write, and the
-        # node is planned from the second (issue 32: a trailing cache re-patched whole pools).
-        self._written: dict[str, tuple[str, Obj]] = {}
+        # Node -> (the resourceVersion its labels were planned from, when known; the node our
+        # PATCH returned): while a node cache trails that write, the node is planned as the
+        # PATCH returned it (issue 32: a trailing cache re-patched whole pools).
+        self._written: dict[str, tuple[str | None, Obj]] = {}
 
     # -- plan -----------------------------------------------------------------------------------
     def _diff(self, manifest: Obj, live: Obj | None, pool: str | None) -> diff.ObjectDiff:
@@ -284,21 +284,30 @@ class Engine:
 
     def _as_written(self, nodes: Sequence[Obj]) -> list[Obj]:
         """``nodes`` with those the cache shows from before our last write replaced by what the
-        write returned. A node the cache shows at any other version has moved on (our write
-        seen, or someone else's after it; one just before ours costs a redundant patch, as
-        versions cannot be ordered): it is planned as the cache shows it."""
-        trailing: dict[str, tuple[str, Obj]] = {}
+        write returned: a cached version older than the PATCH's (KEP-5504 order) has not seen
+        it, whether it is the one we planned from or a change someone made in between (the
+        operator labels nodes mid-rollout). Where versions do not compare, only the version we
+        planned from is known to trail."""
+        trailing: dict[str, tuple[str | None, Obj]] = {}
         out: list[Obj] = []
         for node in nodes:
             meta = node["metadata"]
-            written = self._written.get(str(meta["name"]))
-            if written is not None and str(meta.get("resourceVersion")) == written[0]:
-                trailing[str(meta["name"])] = written
+            name = str(meta["name"])
+            written = self._written.get(name)
+            if written is not None and self._trails(str(meta.get("resourceVersion")), written):
+                trailing[name] = written
                 out.append(written[1])
             else:
                 out.append(node)
         self._written = trailing
         return out
+
+    @staticmethod
+    def _trails(cached: str, written: tuple[str | None, Obj]) -> bool:
+        order = kube.compare_resource_versions(
+            cached, str(written[1]["metadata"].get("resourceVersion"))
+        )
+        return cached == written[0] if order is None else order < 0
 
     @staticmethod
     def _prunes(selection: Selection, live: Obj) -> bool:
@@ -359,8 +368,8 @@ class Engine:
             "v1", "Node", d.node, labels.label_patch(d, commit), field_manager=self.field_manager
         )
         planned = self._label_diffs.get(d.node)
-        if planned is not None and planned[1] is d:  # planned from this resourceVersion
-            self._written[d.node] = (str(planned[0][0]), slim.node(done))  # as a cache keeps it
+        since = str(planned[0][0]) if planned is not None and planned[1] is d else None
+        self._written[d.node] = (since, slim.node(done))  # as a cache keeps it
 
     def _pool_nodes(self, pool: PoolPlan) -> list[Obj]:
         return [
