@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: setup prometheus binaries check test unit demo demo-clusters bench clean format
+.PHONY: setup prometheus chromium binaries check test unit demo demo-clusters bench clean format
 
 $(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml dev/pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e ./dev
 	@touch $(STAMP)
 
-setup: $(STAMP) prometheus
+setup: $(STAMP) prometheus chromium
 
 # Debian's prometheus package (2.42: prometheus and promtool) parses gate.metrics queries at
 # preflight and runs the testbed's Prometheus; installed with apt when missing (root or sudo).
@@ -22,6 +22,13 @@ prometheus:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+
+# Debian's chromium: the web view's tests drive it headless through Playwright (tests/e2e/browser.py).
+chromium:
+	@test -x /usr/lib/chromium/chromium || command -v chromium >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium; }
 
 # Builds kube-apiserver, kube-controller-manager, etcd, kwok, Gitea and helm through the Go module
 # proxy into ~/.cache/gitops-gpu (GITOPS_GPU_CACHE) the first time; later runs reuse them.

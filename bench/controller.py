@@ -1,7 +1,7 @@
 """Benchmark `gitops-gpu controller` at fleet scale, and Flux beside it, measured from outside.
 
     python bench/controller.py [--pools 125] [--nodes-per-pool 40] [--interval 5]
-                               [--operator auto|real|sim] [--no-peer]
+                               [--operator auto|real|sim] [--no-peer] [--ui]
 
 Both run as their own processes, each as its own ServiceAccount, on one testbed with the same
 KWOK nodes, fetching the same fleet remote over smart HTTP (`git http-backend`) at the same
@@ -85,6 +85,9 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--operator", choices=("auto", "real", "sim"), default="auto")
     ap.add_argument("--no-peer", action="store_true", help="measure gitops-gpu only")
+    ap.add_argument(
+        "--ui", action="store_true", help="run the controller with --ui and measure the web view"
+    )
     args = ap.parse_args()
     # `timeout` and CI send SIGTERM: unwind, so the testbed and the controllers are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -180,7 +183,7 @@ def ours(
         "--metrics-addr", f"127.0.0.1:{port}",
         "--webhook-insecure",
         "--cache-dir", str(b.root / "ctl"),
-    ]  # fmt: skip
+    ] + (["--ui"] if args.ui else [])  # fmt: skip
     started = time.time()
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -235,6 +238,18 @@ def ours(
         print(f"    in {idle.seconds:.0f}s: {fmt(reqs)}")
         lists = node_lists_after_start(audit, CTL_USER, started)
         report.figure("gitops-gpu node LISTs after start", str(lists), "0", lists == 0)
+        if args.ui:
+            import ui_view  # noqa: PLC0415 - playwright only with --ui
+
+            ui_view.measure(
+                f"http://127.0.0.1:{port}",
+                ["/ui/", "/ui/stage/canary", "/ui/stage/fleet"],
+                proc.pid,
+                args.idle_seconds,
+                audit,
+                CTL_USER,
+                report.figure,
+            )
         polls = server.polls.copy()
         time.sleep(args.interval * 4)
         report.figure(

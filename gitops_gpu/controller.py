@@ -20,6 +20,7 @@ from pathlib import Path
 from gitops_gpu import events, heap, kube, names, sealed
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
+from gitops_gpu.components.holders import NodeWait
 from gitops_gpu.errors import GitopsGpuError, SourceError
 from gitops_gpu.execute import Executor, cluster_error
 from gitops_gpu.fleet import loader, mig_layouts, sharing
@@ -55,6 +56,7 @@ from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, NamedKe
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
 from gitops_gpu.sync.trust import Verifier
+from gitops_gpu.ui.facts import PassFacts
 from gitops_gpu.verdicts import CommitVerdict, Verdicts, first_line
 
 log = logging.getLogger(__name__)
@@ -258,6 +260,11 @@ class Controller:
         # The fence (leader election's holds()); always True without leader election.
         self.may_write: Callable[[], bool] = lambda: True
         self.last_report = PassReport()
+        # --ui: each pass's facts go here (ui/app.py); None: nothing is kept for a view.
+        self.publish: Callable[[PassFacts], None] | None = None
+        self._published = 0
+        self._waits: dict[str, list[NodeWait]] = {}
+        self._draft: PassFacts | None = None  # what the pass decided from, before its result
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start_informers(self) -> None:
@@ -345,6 +352,22 @@ class Controller:
         self.metrics.pass_duration.labels(report.result).observe(elapsed)
         self.metrics.passes.labels(report.result).inc()
         self.last_report = report
+        if self.publish is not None:
+            self._published += 1
+            draft, self._draft = self._draft or PassFacts(0, 0.0, "", None), None
+            self.publish(
+                replace(
+                    draft,
+                    seq=self._published,
+                    at=self.clock(),
+                    result=report.result,
+                    head=report.head,
+                    error=report.error,
+                    held=report.held,
+                    cluster=self.cfg.cluster,
+                    actions=tuple(report.actions),
+                )
+            )
         return report
 
     def _pass(self, report: PassReport) -> None:
@@ -396,6 +419,7 @@ class Controller:
         elif held:
             report.result = "held"
         pools: dict[str, PoolObservation] = {}
+        health: dict[str, PoolHealth] = {}
         snap: PassSnapshot | None = None
         if newest is not None:
             # Read once (informers, managed objects, dry runs), then judge the value read.
@@ -435,6 +459,21 @@ class Controller:
         )
         actions = machine.step(inp)
         report.actions = list(actions)
+        if self.publish is not None:  # what this pass decided from, for the web view
+            self._draft = PassFacts(
+                0,
+                0.0,
+                "",
+                None,
+                commits=tuple(commits),
+                compiled=newest,
+                judged=judged,
+                stop=stop,
+                pools=pools,
+                health=health,
+                snap=snap,
+                waits=self._waits,
+            )
         for action in actions:
             self.executor.execute(action, report, stages, snap)
         if snap is not None:
@@ -481,6 +520,7 @@ class Controller:
         now = self.clock()
         found = waits.read_pass(self.client, snap, pools, now)
         waits.write(self.client, found)
+        self._waits = found.by_pool()
         self.metrics.set_node_waits({(w.pool, w.node, w.state): w.waited(now) for w in found.waits})
         held = {
             p: next((w.hold() for w in ws if w.hold()), "") for p, ws in found.by_pool().items()

@@ -134,7 +134,9 @@ def status(ctl: Controller, kubeconfig: str | None) -> StatusReport:
     now = ctl.clock()
     stop = ctl.line_stop()
     stages = [
-        _stage(now, trusted, stage, pools, health, pool_clusters if many else None, stop, waits)
+        stage_entry(
+            now, trusted, stage, pools, health, pool_clusters if many else None, stop, waits
+        )
         for stage in compiled.stages
     ]
     ignored = [
@@ -179,7 +181,7 @@ def _observe(
             inf.stop()
 
 
-def _stage(
+def stage_entry(
     now: float,
     trusted: Record,
     stage: StageSpec,

@@ -1,5 +1,6 @@
-"""The controller's HTTP endpoint on loopback by default: /metrics, /healthz, /readyz and
-POST /webhook (a push to the fleet repo triggers a pass now instead of at the next poll).
+"""The controller's HTTP endpoint on loopback by default: /metrics, /healthz, /readyz,
+POST /webhook (a push to the fleet repo triggers a pass now instead of at the next poll) and,
+with ``--ui``, the read-only web view at /ui/ (its live updates at /ui/events; gitops_gpu/ui).
 
 The port may be reachable by anyone, so /webhook is guarded:
 - it is off unless a secret is configured (or ``insecure`` is asked for, in a lab);
@@ -46,12 +47,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gitops_gpu import osthread
 from gitops_gpu.metrics import Metrics
+
+if TYPE_CHECKING:
+    from gitops_gpu.ui.app import WebView
 
 log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20
@@ -69,6 +73,8 @@ BACKLOG = 1024  # bursts wait in the kernel's queue instead of SYN retries secon
 # After an early answer (413, 400, 404, 503) the rest of the body is read and dropped for at
 # most this long and this much, so the client sees the answer instead of a connection reset.
 LINGER_SECONDS, LINGER_BYTES = 2.0, 4 << 20
+MAX_STREAMS = 32  # /ui/events streams open at once (each holds a connection slot)
+STREAM_PING = 15.0
 DEDUP_WINDOW = 600.0
 DEDUP_MAX = 4096
 DELIVERY_HEADERS = (
@@ -158,10 +164,11 @@ _BUSY = _response(503, b"busy", close=True)
 
 
 class _Request:
-    __slots__ = ("body", "headers", "keep", "linger", "method", "path")
+    __slots__ = ("body", "headers", "keep", "linger", "method", "path", "target")
 
-    def __init__(self, method: str, path: str, headers: dict[str, str], keep: bool) -> None:
-        self.method, self.path, self.headers, self.keep = method, path, headers, keep
+    def __init__(self, method: str, target: str, headers: dict[str, str], keep: bool) -> None:
+        self.method, self.target, self.headers, self.keep = method, target, headers, keep
+        self.path = target.partition("?")[0]
         self.body, self.linger = b"", False
 
 
@@ -202,6 +209,7 @@ class ControllerServer:
         max_per_source: int = MAX_PER_SOURCE,
         body_budget: int = BODY_BUDGET,
         evict_after: float = EVICT_AFTER,
+        ui: WebView | None = None,
     ) -> None:
         host, _, port = addr.rpartition(":")
         self.metrics, self.probes = metrics, probes
@@ -214,6 +222,9 @@ class ControllerServer:
         self.idle_timeout, self.evict_after = idle_timeout, evict_after
         self.max_connections, self.max_per_source = max_connections, max_per_source
         self.body_budget = body_budget
+        self.ui = ui  # --ui: GET /ui/... pages and /ui/events, else 404
+        self._streams = 0
+        self._passed: asyncio.Event | None = None  # set (and replaced) when a pass publishes
         if not self.webhook_enabled:
             log.info(
                 "POST /webhook is off: give it a secret (--webhook-secret-file) to enable it, "
@@ -274,6 +285,15 @@ class ControllerServer:
 
     async def _main(self) -> None:
         self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
+        if self.ui is not None:
+            self._passed = asyncio.Event()
+            loop = self._loop
+
+            def announce(_seq: int) -> None:  # from the pass's thread
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(self._announce)
+
+            self.ui.listen(announce)
         server = await asyncio.start_server(
             self._client, sock=self.httpd.socket, limit=MAX_LINE, backlog=BACKLOG
         )
@@ -514,6 +534,13 @@ class ControllerServer:
         code, body, ctype = 404, b"not found", "text/plain"
         if req.method == "POST":
             code, body = self._webhook(req)
+        elif self.ui is not None and req.path == "/ui/events":
+            req.keep = False  # the stream ends with the connection
+            await self._events(writer)
+            return
+        elif self.ui is not None and (req.path == "/ui" or req.path.startswith("/ui/")):
+            fragment = req.headers.get("x-ui-fragment") == "1"
+            code, body, ctype = await self._page(req.target, fragment)
         elif req.path == "/metrics":
             code, body, ctype = 200, await self._metrics_text(), CONTENT_TYPE_LATEST
         elif req.path == "/healthz":
@@ -547,6 +574,47 @@ class ControllerServer:
                 self._renderer, generate_latest, self.metrics.registry
             )
         return await asyncio.shield(self._render)
+
+    async def _page(self, target: str, fragment: bool) -> tuple[int, bytes, str]:
+        """Rendered off the loop (a 5,000-node stage is milliseconds, not nothing), on the
+        /metrics worker: pages and scrapes queue behind one another, never on the loop."""
+        assert self.ui is not None
+        ui = self.ui
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._renderer, ui.page, target, fragment)
+
+    def _announce(self) -> None:
+        if self._passed is not None:
+            self._passed.set()
+            self._passed = asyncio.Event()
+
+    async def _events(self, writer: asyncio.StreamWriter) -> None:
+        """Server-sent events: ``pass`` with its number after each pass, a comment every
+        STREAM_PING seconds so proxies keep the stream open; at most MAX_STREAMS at once."""
+        assert self.ui is not None
+        if self._streams >= MAX_STREAMS:
+            await self._send(writer, _response(503, b"too many event streams", close=True))
+            return
+        self._streams += 1
+        try:
+            await self._send(
+                writer,
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Cache-Control: no-store\r\nConnection: close\r\n\r\nretry: 2000\n\n",
+            )
+            while True:
+                passed = self._passed
+                assert passed is not None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(STREAM_PING):
+                        await passed.wait()
+                facts = self.ui.facts
+                if passed.is_set() and facts is not None:
+                    await self._send(writer, f"event: pass\ndata: {facts.seq}\n\n".encode())
+                else:
+                    await self._send(writer, b": ping\n\n")
+        finally:
+            self._streams -= 1
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
@@ -591,4 +659,4 @@ def _parse_head(lines: list[bytes]) -> _Request:
         headers[name] = value
     tokens = {t.strip() for t in headers.get("connection", "").lower().split(",")}
     keep = version == "HTTP/1.1" and "close" not in tokens  # HTTP/1.0: one request
-    return _Request(method, target.partition("?")[0], headers, keep)
+    return _Request(method, target, headers, keep)

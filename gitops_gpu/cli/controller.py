@@ -48,7 +48,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--metrics-addr",
         default="127.0.0.1:9464",
-        help="host:port for /metrics, /healthz, /readyz, /webhook",
+        help="host:port for /metrics, /healthz, /readyz, /webhook and /ui/ (127.0.0.1: "
+        "reach it through kubectl port-forward or an authenticating proxy)",
+    )
+    p.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the read-only web view at /ui/ on --metrics-addr (off by default): the "
+        "pipeline, stages, pools, nodes and commits as the last pass saw them, updated live",
     )
     p.add_argument(
         "--webhook-secret-file",
@@ -179,6 +186,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0 if report.result in ("ok", "paused") else 1
     secret = args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None
+    view = None
+    if args.ui:
+        from gitops_gpu.ui.app import WebView  # noqa: PLC0415 - only --ui pays for the view
+
+        view = WebView()
+        ctl.publish = view.publish
     server = ControllerServer(
         args.metrics_addr,
         metrics,
@@ -189,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         max_connections=args.webhook_max_connections,
         max_per_source=args.webhook_max_per_source,
         request_deadline=args.webhook_request_deadline,
+        ui=view,
     ).start()
     stop = threading.Event()
 

@@ -129,9 +129,16 @@ class Env:
         self.sim.start()
         return created
 
-    def controller(self, name: str = "a", *, leader_election: bool = False) -> RunningController:
+    def controller(
+        self,
+        name: str = "a",
+        *,
+        leader_election: bool = False,
+        publish: Callable[[Any], None] | None = None,
+    ) -> RunningController:
         cfg = Config(repo=self.remote.url, cache_dir=self.tmp / f"ctl-{name}", interval=0.3)
         ctl = Controller(cfg, self.tb.client)
+        ctl.publish = publish  # the web view's (controller --ui)
         lease = (
             LeaseLock(self.tb.client, identity=f"replica-{name}", duration=3)
             if leader_election
