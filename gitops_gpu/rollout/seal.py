@@ -44,6 +44,15 @@ def payload(status: CommitStatus, at_ms: int) -> bytes:
     return "\0".join((*fields, str(at_ms))).encode()
 
 
+def split(seal: str) -> tuple[str, int, str] | None:
+    """A seal's key id, time (ms) and signature; None when it is not one (gg1.<key>.<ms>.<sig>).
+    Which key a seal names says nothing of whether it holds: Keyring.check says that."""
+    parts = seal.split(".")
+    if len(parts) != 4 or parts[0] != VERSION or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2]), parts[3]
+
+
 def key_id(public: Ed25519PublicKey) -> str:
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()[:12]
@@ -189,11 +198,10 @@ class Keyring:
     def check(self, status: CommitStatus) -> Check:
         if not status.seal:
             return Check(None, "unsigned")
-        parts = status.seal.split(".")
-        if len(parts) != 4 or parts[0] != VERSION or not parts[2].isdigit():
+        parts = split(status.seal)
+        if parts is None:
             return Check(None, "malformed seal")
-        _, kid, at_text, sig_text = parts
-        at_ms = int(at_text)
+        kid, at_ms, sig_text = parts
         signed = payload(status, at_ms)
         key = (status.seal, hashlib.sha256(signed).digest())
         with self._lock:

@@ -101,7 +101,7 @@ class WebView:
         if facts is None or entry is None:
             return None
         pools = [p["pool"] for p in entry["pools"]]
-        card = pages._stage_card(entry, facts.at)
+        card = pages.stage_card(entry, facts.at)
         main = (
             f'<h1>Stage {e(name)}</h1><ul class="pipeline">{card}</ul>'
             f"{pages.pools_table(facts, entry)}"

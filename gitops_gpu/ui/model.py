@@ -14,7 +14,7 @@ from typing import Any
 from gitops_gpu import operations
 from gitops_gpu.components.health import Health, NodeHealth
 from gitops_gpu.fleet.compiled import StageSpec
-from gitops_gpu.rollout import span
+from gitops_gpu.rollout import seal, span
 from gitops_gpu.rollout.actions import Wait
 from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.record import Record
@@ -241,7 +241,8 @@ def _context_names(facts: PassFacts) -> dict[str, int]:
 
 
 def _status_row(s: CommitStatus, order: Mapping[str, int]) -> dict[str, Any]:
-    key = s.seal.split(".")[1] if s.seal.count(".") >= 3 else ""
+    parts = seal.split(s.seal)
+    key = parts[0] if parts is not None else ""
     return {
         "context": s.context,
         "order": order.get(s.context, 1 if s.context.endswith("/preflight") else 999),

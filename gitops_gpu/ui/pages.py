@@ -107,7 +107,7 @@ def pipeline(facts: PassFacts | None) -> str:
     if facts is None:
         return "<h1>Pipeline</h1><p>The controller has not finished a pass yet.</p>"
     stages = model.stages(facts)
-    cards = "".join(_stage_card(s, facts.at) for s in stages)
+    cards = "".join(stage_card(s, facts.at) for s in stages)
     return (
         f"{_banner(facts)}<h1>Pipeline</h1>"
         f'<ol class="pipeline" aria-label="Stages in order">{cards}</ol>'
@@ -115,7 +115,7 @@ def pipeline(facts: PassFacts | None) -> str:
     )
 
 
-def _stage_card(s: Mapping[str, Any], now: float) -> str:
+def stage_card(s: Mapping[str, Any], now: float) -> str:
     name = s["stage"]
     since = f" for {e(age(now - s['since']))}" if s.get("since") else ""
     lines = [
