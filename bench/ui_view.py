@@ -70,7 +70,7 @@ def measure(
         loads = [load(b, url, p) for _ in range(3) for p in paths]
         viewed = audit.count({user}, t0, time.time())
         for path in paths:
-            runs = sorted(x for x in loads if x.path == path)
+            runs = [x for x in loads if x.path == path]
             mid = sorted(runs, key=lambda x: x.seconds)[len(runs) // 2]
             figure(
                 f"UI {path} load (Chromium, median of 3)",
@@ -102,4 +102,6 @@ def measure(
             "< 1%",
             idle.cpu_pct < 1 and after > before,
         )
+        split = ", ".join(f"{k} {v:.2f}%" for k, v in idle.threads.items() if v >= 0.01)
+        print(f"    by thread: {split or 'none measurable'}")
         page.close()

@@ -106,6 +106,7 @@ class PassReport:
     actions: list[object] = field(default_factory=list)
     applied: int = 0
     statuses_written: int = 0
+    written: list[CommitStatus] = field(default_factory=list)  # the statuses, in order
     error: str = ""
 
 
@@ -366,6 +367,7 @@ class Controller:
                     held=report.held,
                     cluster=self.cfg.cluster,
                     actions=tuple(report.actions),
+                    written=tuple(report.written),
                 )
             )
         return report
@@ -473,6 +475,7 @@ class Controller:
                 health=health,
                 snap=snap,
                 waits=self._waits,
+                subjects={c.sha: c.subject for c in history},
             )
         for action in actions:
             self.executor.execute(action, report, stages, snap)

@@ -160,8 +160,10 @@ class Executor:
             )
 
     def _write_status(self, action: SetStatus, report: PassReport) -> None:
-        if self.record.write(action.to_status(self.clock())):
+        status = action.to_status(self.clock())
+        if self.record.write(status):
             report.statuses_written += 1
+            report.written.append(status)
             self.metrics.status_writes.labels(action.context, action.state).inc()
             log.info(
                 "status %s %s on %s: %s",

@@ -124,6 +124,15 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        self.notifications = Counter(
+            "gitops_gpu_notifications_total",
+            "Outgoing notifications (--notify-url-file), by result: sent (a message with one "
+            "transition), digest (one message for several, the rate limit held them), "
+            "duplicate (a transition sent already), failed (given up after retries), dropped "
+            "(the queue was full)",
+            ["result"],
+            registry=r,
+        )
         self.leader = Gauge("gitops_gpu_leader", "1 while this replica leads", registry=r)
         self.pass_exceptions = Counter(
             "gitops_gpu_pass_exceptions_total",

@@ -6,11 +6,13 @@ import argparse
 import logging
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gitops_gpu import heap, kube
-from gitops_gpu.cli import limits_args, options, verify_args
+from gitops_gpu.cli import limits_args, notify_args, options, verify_args
 from gitops_gpu.controller import Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, LeaseLock
@@ -22,6 +24,9 @@ from gitops_gpu.server import (
     ControllerServer,
     Probes,
 )
+
+if TYPE_CHECKING:
+    from gitops_gpu.ui.facts import PassFacts
 
 log = logging.getLogger("gitops_gpu.controller")
 
@@ -141,9 +146,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.crds(p, "the cluster's own, refreshed every 10 minutes")
     p.add_argument("--once", action="store_true", help="run one pass and exit")
     verify_args.add_arguments(p)
+    notify_args.add_arguments(p)
     limits_args.add_arguments(p)
     limits_args.add_peer_arguments(p)
     p.set_defaults(func=_run)
+
+
+def _fan_out(listeners: Sequence[Callable[[PassFacts], None]]) -> Callable[[PassFacts], None]:
+    def publish(facts: PassFacts) -> None:
+        for listen in listeners:
+            try:
+                listen(facts)
+            except Exception:  # a listener's bug must cost its view of one pass, no more
+                log.exception("publishing pass %d to %s failed", facts.seq, listen)
+
+    return publish
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -187,11 +204,18 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if report.result in ("ok", "paused") else 1
     secret = args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None
     view = None
+    listeners: list[Callable[[PassFacts], None]] = []
     if args.ui:
         from gitops_gpu.ui.app import WebView  # noqa: PLC0415 - only --ui pays for the view
 
         view = WebView()
-        ctl.publish = view.publish
+        listeners.append(view.publish)
+    notifier = notify_args.notifier(args, metrics)
+    if notifier is not None:
+        listeners.append(notifier.publish)
+        notifier.start()
+    if listeners:
+        ctl.publish = _fan_out(listeners)
     server = ControllerServer(
         args.metrics_addr,
         metrics,
@@ -233,4 +257,6 @@ def _run(args: argparse.Namespace) -> int:
         ctl.run(stop, lease=lease, on_pass=on_pass)
     finally:
         server.stop()
+        if notifier is not None:
+            notifier.stop()
     return 0

@@ -12,6 +12,7 @@ from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.rollout.authentic import Judged
 from gitops_gpu.rollout.inputs import Commit, PoolObservation
 from gitops_gpu.rollout.line import LineStop
+from gitops_gpu.rollout.status import CommitStatus
 from gitops_gpu.snapshot import PassSnapshot
 
 
@@ -33,3 +34,5 @@ class PassFacts:
     waits: Mapping[str, Sequence[NodeWait]] = field(default_factory=dict)
     snap: PassSnapshot | None = None
     actions: Sequence[object] = ()  # the rollout step's actions, in order
+    written: Sequence[CommitStatus] = ()  # the statuses this pass wrote to the record
+    subjects: Mapping[str, str] = field(default_factory=dict)  # commit -> its first line

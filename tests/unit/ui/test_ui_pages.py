@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from ui_facts import NEW, OLD, T0, facts, node, pool
 
-from gitops_gpu.components.health import Health, NodeHealth, PoolHealth, RungResult
+from gitops_gpu.components.health import Health, NodeHealth, RungResult
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
-from gitops_gpu.rollout.actions import Wait
-from gitops_gpu.rollout.authentic import Ignored, Judged
+from gitops_gpu.rollout.authentic import Judged
 from gitops_gpu.rollout.inputs import Commit, PoolObservation
 from gitops_gpu.rollout.span import cluster_context
 from gitops_gpu.rollout.status import CommitStatus, stage_context
@@ -19,60 +19,6 @@ from gitops_gpu.ui import model, pages
 from gitops_gpu.ui.app import WebView
 from gitops_gpu.ui.facts import PassFacts
 from gitops_gpu_dev import paths
-
-OLD, NEW = "a" * 40, "b" * 40
-T0 = 1_800_000_000.0
-
-
-def _node(name: str, health: Health, reason: str = "") -> NodeHealth:
-    rungs = (
-        RungResult("driver", Health.HEALTHY, "580.126.20"),
-        RungResult("device-plugin", health, reason),
-    )
-    return NodeHealth(name, health, reason, rungs)
-
-
-def _pool(pool: str, nodes: list[NodeHealth]) -> PoolHealth:
-    counts: dict[Health, int] = {}
-    for n in nodes:
-        counts[n.health] = counts.get(n.health, 0) + 1
-    worst = max((n.health for n in nodes), default=Health.HEALTHY)
-    return PoolHealth(pool, worst, counts, tuple(nodes))
-
-
-def _facts(seq: int = 1, sick: int = 1, reason: str = "plugin pod CrashLoopBackOff") -> PassFacts:
-    compiled = compile_fleet(load_repo(paths.fleet_example()), NEW)
-    pools = [p for c in compiled.clusters.values() for p in c.pools]
-    canary = [_node(f"canary-{i:03d}", Health.DEGRADED, reason) for i in range(sick)]
-    canary.append(_node("canary-ok", Health.HEALTHY))
-    health = {p: _pool(p, [_node(f"{p}-0", Health.HEALTHY)]) for p in pools}
-    health["canary"] = _pool("canary", canary)
-    obs = {p: PoolObservation(p, OLD, True, 1, 1) for p in pools}
-    statuses = [
-        CommitStatus(OLD, stage_context("canary"), "success", "canary: 4/4 healthy", "", T0),
-        CommitStatus(
-            NEW,
-            stage_context("canary"),
-            "pending",
-            "canary: rolling out",
-            "",
-            T0 + 60,
-            seal="gg1.ctl-key.1800000060000.sig",
-        ),
-    ]
-    forged = CommitStatus(NEW, stage_context("training"), "success", "skip it", creator="mallory")
-    return PassFacts(
-        seq=seq,
-        at=T0 + 120,
-        result="ok",
-        head=NEW,
-        commits=(Commit(NEW, True, "clean"), Commit(OLD, True)),
-        compiled=compiled,
-        judged=Judged(statuses, [Ignored(forged, "not sealed by a trusted controller")]),
-        pools=obs,
-        health=health,
-        actions=(Wait(f"training: {OLD[:7]} awaiting approval"),),
-    )
 
 
 def _get(view: WebView, target: str) -> str:
@@ -87,7 +33,7 @@ def _text(html: str) -> str:
 
 def test_the_pipeline_shows_stages_in_order_with_what_each_runs_takes_and_waits_for() -> None:
     view = WebView()
-    view.publish(_facts())
+    view.publish(facts())
     page = _get(view, "/ui/")
     assert page.index('aria-label="Stage canary"') < page.index('aria-label="Stage inference"')
     assert page.index('aria-label="Stage inference"') < page.index('aria-label="Stage training"')
@@ -102,7 +48,7 @@ def test_the_pipeline_shows_stages_in_order_with_what_each_runs_takes_and_waits_
 
 def test_a_stage_lists_only_its_nodes_that_are_not_healthy_worst_first_and_paged() -> None:
     view = WebView()
-    view.publish(_facts(sick=230))
+    view.publish(facts(sick=230))
     text = _text(_get(view, "/ui/stage/canary"))
     assert "Nodes not healthy (230)" in text
     assert "canary-ok" not in text
@@ -115,7 +61,7 @@ def test_a_stage_lists_only_its_nodes_that_are_not_healthy_worst_first_and_paged
 
 def test_the_node_filter_keeps_one_state_and_the_search_matches_name_rung_or_reason() -> None:
     view = WebView()
-    view.publish(_facts(sick=3))
+    view.publish(facts(sick=3))
     assert "Nodes not healthy (0)" in _text(_get(view, "/ui/pool/canary?health=Progressing"))
     assert "Nodes not healthy (3)" in _text(_get(view, "/ui/pool/canary?q=crashloop"))
     assert "Nodes not healthy (1)" in _text(_get(view, "/ui/pool/canary?q=canary-002"))
@@ -124,9 +70,9 @@ def test_the_node_filter_keeps_one_state_and_the_search_matches_name_rung_or_rea
 
 def test_a_node_shows_every_rung_and_how_long_it_has_been_in_its_state() -> None:
     view = WebView()
-    first = _facts(seq=1)
+    first = facts(seq=1)
     view.publish(first)
-    later = _facts(seq=2)
+    later = facts(seq=2)
     view.publish(PassFacts(**{**later.__dict__, "at": first.at + 3600}))
     text = _text(_get(view, "/ui/node/canary-000"))
     assert "driver Healthy 580.126.20" in text
@@ -138,7 +84,7 @@ def test_a_node_shows_every_rung_and_how_long_it_has_been_in_its_state() -> None
 
 def test_a_commit_shows_its_record_with_who_sealed_it_and_what_was_ignored() -> None:
     view = WebView()
-    view.publish(_facts())
+    view.publish(facts())
     text = _text(_get(view, f"/ui/commit/{NEW[:7]}"))
     assert f"{stage_context('canary')} pending canary: rolling out" in text
     assert "ctl-key" in text
@@ -150,7 +96,7 @@ def test_what_the_pass_did_not_see_is_a_404_and_values_are_escaped() -> None:
     view = WebView()
     assert view.page("/ui/node/x")[0] == 404  # no pass yet
     assert "has not finished a pass" in _get(view, "/ui/")
-    view.publish(_facts(reason="<script>alert(1)</script>"))
+    view.publish(facts(reason="<script>alert(1)</script>"))
     assert view.page("/ui/node/no-such-node")[0] == 404
     assert view.page("/ui/stage/nope")[0] == 404
     assert view.page("/ui/commit/" + "c" * 40)[0] == 404
@@ -161,16 +107,16 @@ def test_what_the_pass_did_not_see_is_a_404_and_values_are_escaped() -> None:
 
 def test_a_live_update_asks_for_main_alone() -> None:
     view = WebView()
-    view.publish(_facts())
+    view.publish(facts())
     code, body, _ = view.page("/ui/", fragment=True)
     assert code == 200
     assert body.startswith(b"<h1>Pipeline</h1>") and b"<script>" not in body
 
 
 def test_publishing_tells_every_listener_the_pass_number() -> None:
-    view, heard = WebView(), []
+    view, heard = WebView(), list[int]()
     view.listen(heard.append)
-    view.publish(_facts(seq=7))
+    view.publish(facts(seq=7))
     assert heard == [7]
 
 
@@ -207,7 +153,7 @@ def test_a_controller_of_one_cluster_shows_its_pools_and_each_clusters_part() ->
     compiled = compile_fleet(
         load_repo(paths.fleet_example().parent / "fleet-repo-example-two-clusters"), NEW
     )
-    health = {p: _pool(p, [_node(f"{p}-0", Health.HEALTHY)]) for p in ("canary", "infer-l40s")}
+    health = {p: pool(p, [node(f"{p}-0", Health.HEALTHY)]) for p in ("canary", "infer-l40s")}
     obs = {p: PoolObservation(p, OLD, True, 1, 1) for p in health}
     parts = [
         CommitStatus(OLD, cluster_context("fleet", "staging"), "success", "staging part"),

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from test_ui_pages import _facts
+from ui_facts import facts
 
 from gitops_gpu import server as server_mod
 from gitops_gpu.metrics import Metrics
@@ -67,7 +67,7 @@ def test_pages_and_fragments_are_served_from_the_published_facts(
     srv, view = served
     code, body = _get(srv.port, "/ui/")
     assert code == 200 and "has not finished a pass" in body
-    view.publish(_facts())
+    view.publish(facts())
     code, body = _get(srv.port, "/ui/stage/canary?q=canary-000")
     assert code == 200 and "Nodes not healthy (1)" in body and "<!doctype html>" in body
     code, body = _get(srv.port, "/ui/", {"X-UI-Fragment": "1"})
@@ -83,9 +83,9 @@ def test_an_event_stream_hears_each_published_pass(
     try:
         head = _read_until(sock, b"retry: 2000\n\n")
         assert b"200 OK" in head and b"text/event-stream" in head
-        view.publish(_facts(seq=1))
+        view.publish(facts(seq=1))
         assert b"event: pass\ndata: 1\n\n" in _read_until(sock, b"data: 1\n\n")
-        view.publish(_facts(seq=2))
+        view.publish(facts(seq=2))
         assert b"event: pass\ndata: 2\n\n" in _read_until(sock, b"data: 2\n\n")
     finally:
         sock.close()
