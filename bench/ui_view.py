@@ -96,9 +96,10 @@ def measure(
         before = int(page.evaluate("document.body.dataset.pass"))
         idle = outside.idle([pid], idle_seconds)
         after = int(page.evaluate("document.body.dataset.pass"))
+        fetched = int(page.evaluate("document.body.dataset.fetched || 0"))
         figure(
             "gitops-gpu idle CPU, the view open and streaming",
-            f"{idle.cpu_pct:.2f}% of a core ({after - before} live updates)",
+            f"{idle.cpu_pct:.2f}% of a core ({after - before} passes heard, {fetched} fetched)",
             "< 1%",
             idle.cpu_pct < 1 and after > before,
         )

@@ -589,8 +589,9 @@ class ControllerServer:
             self._passed = asyncio.Event()
 
     async def _events(self, writer: asyncio.StreamWriter) -> None:
-        """Server-sent events: ``pass`` with its number after each pass, a comment every
-        STREAM_PING seconds so proxies keep the stream open; at most MAX_STREAMS at once."""
+        """Server-sent events: ``pass`` after each pass (``WebView.event``: its number and
+        version), a comment every STREAM_PING seconds so proxies keep the stream open; at most
+        MAX_STREAMS at once."""
         assert self.ui is not None
         if self._streams >= MAX_STREAMS:
             await self._send(writer, _response(503, b"too many event streams", close=True))
@@ -608,9 +609,9 @@ class ControllerServer:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(STREAM_PING):
                         await passed.wait()
-                facts = self.ui.facts
-                if passed.is_set() and facts is not None:
-                    await self._send(writer, f"event: pass\ndata: {facts.seq}\n\n".encode())
+                data = self.ui.event()
+                if passed.is_set() and data is not None:
+                    await self._send(writer, f"event: pass\ndata: {data}\n\n".encode())
                 else:
                     await self._send(writer, b": ping\n\n")
         finally:

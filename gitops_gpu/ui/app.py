@@ -3,6 +3,8 @@ here; the HTTP server asks for a page, or to hear when the next pass is publishe
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +22,10 @@ Page = tuple[int, bytes, str]
 
 class WebView:
     def __init__(self) -> None:
-        self._facts: PassFacts | None = None
+        # The last pass's facts with their version, swapped as one: a page rendered from one
+        # pass never carries the next one's version.
+        self._current: tuple[PassFacts | None, str] = (None, "")
+        self._health_moves = 0  # pools whose health object changed, all passes together
         self._lock = threading.Lock()
         self._listeners: list[Callable[[int], None]] = []
         # node -> (its health, since when): how long a node has been as it is, as the view saw
@@ -30,7 +35,20 @@ class WebView:
 
     @property
     def facts(self) -> PassFacts | None:
-        return self._facts
+        return self._current[0]
+
+    @property
+    def version(self) -> str:
+        """What the pages other than a node's show, as of the last publish (``view_version``)."""
+        return self._current[1]
+
+    def event(self) -> str | None:
+        """The event stream's data for the last pass: its number, the pages' version and the
+        header's line; None before the first pass."""
+        facts, version = self._current
+        if facts is None:
+            return None
+        return json.dumps({"pass": facts.seq, "version": version, "line": pages.pass_line(facts)})
 
     def listen(self, callback: Callable[[int], None]) -> None:
         """``callback(seq)`` after each publish (from the pass's thread: make it cheap)."""
@@ -39,7 +57,7 @@ class WebView:
 
     def publish(self, facts: PassFacts) -> None:
         self._track(facts)
-        self._facts = facts
+        self._current = (facts, view_version(facts, self._health_moves))
         with self._lock:
             listeners = list(self._listeners)
         for cb in listeners:
@@ -50,6 +68,7 @@ class WebView:
             if self._seen_health.get(pool) is ph:
                 continue  # the observer kept the pool's health: nothing moved
             self._seen_health[pool] = ph
+            self._health_moves += 1
             for n in ph.nodes:
                 state = str(n.health)
                 if n.health is Health.HEALTHY:
@@ -58,6 +77,7 @@ class WebView:
                     self._since[n.node] = (state, facts.at)
         for pool in set(self._seen_health) - set(facts.health):
             del self._seen_health[pool]
+            self._health_moves += 1
 
     def since(self) -> dict[str, float]:
         return {n: at for n, (_s, at) in self._since.items()}
@@ -69,7 +89,7 @@ class WebView:
         path, _, query = target.partition("?")
         params = dict(parse_qsl(query))
         parts = [unquote(p) for p in path.removeprefix("/ui").strip("/").split("/") if p]
-        facts = self._facts
+        facts, version = self._current
         routes: dict[str, Callable[[PassFacts | None, str, Mapping[str, str]], Any]] = {
             "stage": self._stage,
             "pool": self._pool,
@@ -87,7 +107,10 @@ class WebView:
             return 404, b"not found", "text/plain"
         if fragment:
             return 200, main.encode(), HTML
-        doc = pages.document(title, facts, main, crumbs=crumbs, filters=filters)
+        live = "pass" if parts and parts[0] == "node" else "version"
+        doc = pages.document(
+            title, facts, main, crumbs=crumbs, filters=filters, version=version, live=live
+        )
         return 200, doc.encode(), HTML
 
     def _crumbs(self, *trail: tuple[str, str]) -> str:
@@ -224,6 +247,40 @@ class WebView:
             )
         )
         return full[:7], main, self._crumbs((full[:7], f"/ui/commit/{full}")), ""
+
+
+def view_version(facts: PassFacts, health_moves: int) -> str:
+    """A short hash of what the pipeline, stage, pool and commit pages are rendered from, the
+    pass's number and clock aside: equal across idle passes, so an open page skips refetching
+    (a node's page shows its report's heartbeat and follows every pass instead). Health is
+    counted by ``health_moves`` rather than read: 5,000 nodes are not hashed per pass."""
+    plans = (
+        [
+            (key, len(plan.nodes), [(o.kind, o.name, o.action, o.drifted) for o in plan.objects])
+            for key, plan in sorted(facts.snap.plans.items())
+        ]
+        if facts.snap is not None
+        else []
+    )
+    judged = facts.judged
+    shown = (
+        facts.result,
+        facts.head,
+        facts.error,
+        facts.held,
+        facts.cluster,
+        tuple(facts.commits),
+        facts.compiled.commit if facts.compiled is not None else None,
+        tuple(judged.trusted) if judged is not None else (),
+        tuple(judged.ignored) if judged is not None else (),
+        facts.stop,
+        sorted(facts.pools.items()),
+        health_moves,
+        sorted((k, tuple(v)) for k, v in facts.waits.items()),
+        tuple(facts.actions),
+        plans,
+    )
+    return hashlib.blake2b(repr(shown).encode(), digest_size=8).hexdigest()
 
 
 def _link(url: str) -> str:

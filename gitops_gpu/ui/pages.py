@@ -40,14 +40,21 @@ border-bottom:1px solid #dde1e6;vertical-align:top}} caption{{text-align:left;fo
 .banner{{background:{PALETTE["failure"][1]};color:{PALETTE["failure"][0]};padding:.4rem .8rem}}
 """ + "".join(f".s-{k}{{color:{fg};background:{bg}}}" for k, (fg, bg) in PALETTE.items())
 
-# The whole client: on each "pass" event, fetch this page's <main> and put it in place.
-_SCRIPT = """(()=>{const es=new EventSource("/ui/events");let busy=false;
-es.addEventListener("pass",async(e)=>{if(busy)return;busy=true;try{
-const r=await fetch(location.href,{headers:{"X-UI-Fragment":"1"}});
-if(r.ok){document.getElementById("main").innerHTML=await r.text();
-document.body.dataset.pass=e.data;
-document.getElementById("live").textContent="pass "+e.data+", updated live";}
-}finally{busy=false;}});})();"""
+# The whole client: on a "pass" event whose version differs from what the page shows (or on
+# every pass, for a node's page; or when REFRESH_S passed, for the ages shown), fetch this
+# page's <main> and put it in place.
+REFRESH_S = 30
+_SCRIPT = """(()=>{const es=new EventSource("/ui/events"),b=document.body;let busy=false,
+at=Date.now();es.addEventListener("pass",async(ev)=>{const d=JSON.parse(ev.data);
+b.dataset.pass=d.pass;const live=document.getElementById("live");
+if(busy)return;if(b.dataset.live!=="pass"&&d.version===b.dataset.version&&
+Date.now()-at<REFRESH_MS){live.textContent=d.line+", nothing new";return;}
+busy=true;try{const r=await fetch(location.href,{headers:{"X-UI-Fragment":"1"}});
+if(r.ok){document.getElementById("main").innerHTML=await r.text();at=Date.now();
+b.dataset.version=d.version;b.dataset.fetched=1+(+b.dataset.fetched||0);
+live.textContent=d.line+", updated live";}}finally{busy=false;}});})();""".replace(
+    "REFRESH_MS", str(REFRESH_S * 1000)
+)
 
 
 def e(value: object) -> str:
@@ -73,19 +80,32 @@ def health_badge(health: str) -> str:
     return badge(HEALTH_STATE.get(health, "none"), health)
 
 
+def pass_line(facts: PassFacts) -> str:
+    """ "pass 12 at 2026-12-06 19:40Z (ok)": the header's words, also sent with each event."""
+    return f"pass {facts.seq} at {format_time(facts.at)} ({facts.result})"
+
+
 def document(
-    title: str, facts: PassFacts | None, main: str, *, crumbs: str = "", filters: str = ""
+    title: str,
+    facts: PassFacts | None,
+    main: str,
+    *,
+    crumbs: str = "",
+    filters: str = "",
+    version: str = "",
+    live: str = "version",
 ) -> str:
+    """The whole page; ``version`` is what it was rendered from, ``live`` "pass" when it
+    refetches on every pass rather than on a new version."""
     seq = facts.seq if facts is not None else 0
     where = f" · cluster {e(facts.cluster)}" if facts is not None and facts.cluster else ""
-    when = (
-        f"pass {seq} at {e(format_time(facts.at))} ({e(facts.result)})" if facts else "no pass yet"
-    )
+    when = e(pass_line(facts)) if facts else "no pass yet"
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{e(title)} · gitops-gpu</title><style>{_CSS}</style></head>"
-        f'<body data-pass="{seq}"><header><a href="/ui/"><strong>gitops-gpu</strong></a>{where}'
+        f'<body data-pass="{seq}" data-version="{e(version)}" data-live="{e(live)}">'
+        f'<header><a href="/ui/"><strong>gitops-gpu</strong></a>{where}'
         f' · <span id="live">{when}</span></header>'
         f'<nav aria-label="Breadcrumb">{crumbs or "<a href=/ui/>Pipeline</a>"}</nav>'
         f'{filters}<main id="main">{main}</main><script>{_SCRIPT}</script></body></html>'

@@ -4,6 +4,7 @@ and the colours' contrast (no browser: tests/e2e/test_ui_browser.py drives one).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from ui_facts import NEW, OLD, T0, facts, node, pool
@@ -111,6 +112,36 @@ def test_a_live_update_asks_for_main_alone() -> None:
     code, body, _ = view.page("/ui/", fragment=True)
     assert code == 200
     assert body.startswith(b"<h1>Pipeline</h1>") and b"<script>" not in body
+
+
+def test_an_idle_pass_keeps_the_version_and_what_a_page_shows_changes_it() -> None:
+    view = WebView()
+    first = facts(seq=1)
+    view.publish(first)
+    v1 = view.version
+    assert f'data-version="{v1}" data-live="version"' in _get(view, "/ui/")
+    view.publish(replace(first, seq=2, at=first.at + 5))  # same objects, a later clock
+    assert view.version == v1
+    view.publish(replace(first, seq=3, head=OLD))
+    assert view.version != v1
+    view.publish(first)
+    assert view.version == v1  # back to what it was
+    sicker = dict(first.health)
+    sicker["canary"] = pool("canary", [node("canary-000", Health.DEGRADED, "xid 79")])
+    view.publish(replace(first, seq=4, health=sicker))  # a new health object: a move
+    assert view.version != v1
+    moved = view.version
+    assert first.judged is not None
+    status = CommitStatus(NEW, stage_context("training"), "pending", "training: rolling out")
+    trusted = Judged([*first.judged.trusted, status], list(first.judged.ignored))
+    view.publish(replace(first, seq=5, health=sicker, judged=trusted))  # a new verdict
+    assert view.version not in (v1, moved)
+
+
+def test_a_nodes_page_follows_every_pass() -> None:
+    view = WebView()
+    view.publish(facts())
+    assert 'data-live="pass"' in _get(view, "/ui/node/canary-000")
 
 
 def test_publishing_tells_every_listener_the_pass_number() -> None:

@@ -3,10 +3,12 @@ loopback HTTP, and the event stream that announces each published pass."""
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from ui_facts import facts
@@ -52,6 +54,13 @@ def _read_until(sock: socket.socket, marker: bytes) -> bytes:
     return data
 
 
+def _event(data: bytes) -> dict[str, Any]:
+    """The last ``pass`` event in ``data``, its JSON decoded."""
+    block = data.rsplit(b"event: pass\ndata: ", 1)[1]
+    decoded: dict[str, Any] = json.loads(block.split(b"\n\n", 1)[0])
+    return decoded
+
+
 def test_without_ui_the_view_is_not_served() -> None:
     srv = ControllerServer("127.0.0.1:0", Metrics(), Probes(), lambda: None).start()
     try:
@@ -84,9 +93,11 @@ def test_an_event_stream_hears_each_published_pass(
         head = _read_until(sock, b"retry: 2000\n\n")
         assert b"200 OK" in head and b"text/event-stream" in head
         view.publish(facts(seq=1))
-        assert b"event: pass\ndata: 1\n\n" in _read_until(sock, b"data: 1\n\n")
+        first = _event(_read_until(sock, b"}\n\n"))
+        assert first["pass"] == 1 and first["version"] == view.version
+        assert first["line"].startswith("pass 1 at ")
         view.publish(facts(seq=2))
-        assert b"event: pass\ndata: 2\n\n" in _read_until(sock, b"data: 2\n\n")
+        assert _event(_read_until(sock, b"}\n\n"))["pass"] == 2
     finally:
         sock.close()
 
