@@ -42,7 +42,7 @@ from gitops_gpu.fleet.loader import load_repo
 from gitops_gpu.fleet.render import render_fleet
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu_dev.testbed import controlplane, flux_build
+from gitops_gpu_dev.testbed import controlplane, flux_build, reports
 from gitops_gpu_dev.testbed.githttp import GitHTTP
 from gitops_gpu_dev.testbed.operator import NAMESPACE as OPERATOR_NAMESPACE
 
@@ -82,7 +82,9 @@ def main() -> int:
     ap.add_argument("--pools", type=int, default=125)
     ap.add_argument("--nodes-per-pool", type=int, default=40)
     ap.add_argument("--interval", type=float, default=5.0)
-    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    # One heartbeat period of the simulated agents: each idle window holds every NodeGPUReport's
+    # heartbeat once (a 60 s window held all of them or none, by the phase it fell on).
+    ap.add_argument("--idle-seconds", type=float, default=reports.HEARTBEAT_SECONDS)
     ap.add_argument("--operator", choices=("auto", "real", "sim"), default="auto")
     ap.add_argument("--no-peer", action="store_true", help="measure gitops-gpu only")
     ap.add_argument(
