@@ -2,6 +2,7 @@
 
     python bench/controller.py [--pools 125] [--nodes-per-pool 40] [--interval 5]
                                [--operator auto|real|sim] [--no-peer] [--ui]
+                               [--profile SECONDS [--py-spy PATH]]
 
 Both run as their own processes, each as its own ServiceAccount, on one testbed with the same
 KWOK nodes, fetching the same fleet remote over smart HTTP (`git http-backend`) at the same
@@ -32,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fluxpeer
+import idle_profile
 import outside
 from fleetbench import Bench, bench_env, git, write_fleet
 
@@ -90,7 +92,18 @@ def main() -> int:
     ap.add_argument(
         "--ui", action="store_true", help="run the controller with --ui and measure the web view"
     )
+    ap.add_argument(
+        "--profile",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="after the idle figures, sample the idle controller with py-spy this long",
+    )
+    ap.add_argument("--py-spy", help="py-spy binary (default: on PATH)")
     args = ap.parse_args()
+    if args.profile and not idle_profile.py_spy(args.py_spy):
+        print("--profile needs py-spy: pip install py-spy, or pass --py-spy", file=sys.stderr)
+        return 2
     # `timeout` and CI send SIGTERM: unwind, so the testbed and the controllers are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.operator == "auto":
@@ -252,6 +265,13 @@ def ours(
                 CTL_USER,
                 report.figure,
             )
+        if args.profile:
+            spy = idle_profile.py_spy(args.py_spy)
+            assert spy is not None
+            raw = idle_profile.record(spy, proc.pid, args.profile, b.root / "idle-profile.txt")
+            print(f"idle profile, {args.profile:.0f}s (py-spy, not in any measured window):")
+            for line in idle_profile.summarize(raw):
+                print(f"  {line}")
         polls = server.polls.copy()
         time.sleep(args.interval * 4)
         report.figure(
