@@ -68,7 +68,10 @@ def summarize(raw: Path, top: int = 15) -> list[str]:
             own[_frame(frames[-1])] += count
     if not samples:
         return ["no samples (the process slept through the window)"]
-    pct = lambda n: f"{100 * n / samples:5.1f}%"  # noqa: E731
+
+    def pct(n: int) -> str:
+        return f"{100 * n / samples:5.1f}%"
+
     out = [f"{samples} samples on CPU"]
     out += [f"  thread {pct(n)}  {t}" for t, n in threads.most_common(6)]
     out.append("  top by total (function and what it calls):")
