@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import shutil
 import signal
 import subprocess
@@ -67,16 +68,33 @@ DRIVERS = ("580.126.20", "580.142.01", "580.159.03")
 
 @dataclass
 class Report:
-    rows: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    """The figures of one run, printed as measured; ``--json`` writes them for
+    bench/side_by_side.py, each under a stable ``key``."""
 
-    def figure(self, what: str, value: str, target: str = "", ok: bool = True) -> None:
-        self.rows.append((what, value, target, ok))
+    rows: list[dict[str, object]] = field(default_factory=list)
+    data: dict[str, str] = field(default_factory=dict)  # what a run printed beside its figures
+
+    def figure(
+        self, what: str, value: str, target: str = "", ok: bool = True, key: str = ""
+    ) -> None:
+        self.rows.append({"key": key, "what": what, "value": value, "target": target, "ok": ok})
         mark = "" if not target else ("  ok" if ok else "  MISSED")
         print(f"{what:58} {value:>24}  {target}{mark}", flush=True)
 
     @property
     def missed(self) -> list[str]:
-        return [w for w, _v, _t, ok in self.rows if not ok]
+        return [str(r["what"]) for r in self.rows if not r["ok"]]
+
+    def dump(self, path: Path, args: argparse.Namespace, commit: str, *, finished: bool) -> None:
+        doc = {
+            "commit": commit,
+            "args": vars(args),
+            "finished": finished,
+            "rows": self.rows,
+            "data": self.data,
+            "missed": self.missed,
+        }
+        path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def main() -> int:
@@ -100,6 +118,7 @@ def main() -> int:
         help="after the idle figures, sample the idle controller with py-spy this long",
     )
     ap.add_argument("--py-spy", help="py-spy binary (default: on PATH)")
+    ap.add_argument("--json", type=Path, help="also write the figures here (bench/side_by_side.py)")
     args = ap.parse_args()
     if args.profile and not idle_profile.py_spy(args.py_spy):
         print("--profile needs py-spy: pip install py-spy, or pass --py-spy", file=sys.stderr)
@@ -120,7 +139,23 @@ def main() -> int:
             return 1
     users = [CTL_USER, *FLUX_USERS.values()]
     report = Report()
-    print(f"measuring gitops-gpu at {measured_commit()}", flush=True)
+    commit = measured_commit()
+    print(f"measuring gitops-gpu at {commit}", flush=True)
+    rc: int | None = None
+    try:
+        rc = measure(args, binaries, users, report)
+        return rc
+    finally:
+        if args.json is not None:  # also when it raised: "finished" says which
+            report.dump(args.json, args, commit, finished=rc is not None)
+
+
+def measure(
+    args: argparse.Namespace,
+    binaries: dict[str, Path] | None,
+    users: list[str],
+    report: Report,
+) -> int:
     with bench_env(
         args.pools, args.nodes_per_pool, args.operator, audit=outside.audit_args, users=users
     ) as bench:
@@ -208,14 +243,21 @@ def ours(
         report.figure(
             f"gitops-gpu first rollout ({args.pools} pools, both stages success)",
             f"{total:.1f}s",
+            key="ours.rollout",
         )
-        report.figure("  where it went", ", ".join(f"{k} at {v:.1f}s" for k, v in marks.items()))
+        report.figure(
+            "  where it went",
+            ", ".join(f"{k} at {v:.1f}s" for k, v in marks.items()),
+            key="ours.rollout_marks",
+        )
         nodes = args.pools * args.nodes_per_pool
         if args.operator == "real":
             pods = client.list("v1", "Pod", namespace=OPERATOR_NAMESPACE)["items"]
             on_nodes = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName"))
             report.figure(
-                "  real GPU Operator: operand pods per node", f"{on_nodes / nodes:.1f} ({on_nodes})"
+                "  real GPU Operator: operand pods per node",
+                f"{on_nodes / nodes:.1f} ({on_nodes})",
+                key="operator.pods_per_node",
             )
         writes = audit.count({CTL_USER}, started, started + total)
         patches = writes.get("patch nodes", 0)
@@ -227,21 +269,28 @@ def ours(
             str(patches),
             f"= {nodes}",
             patches == nodes,
+            key="ours.node_patches",
         )
         time.sleep(2 * args.interval)  # the statuses' own pass, then quiet
         t0 = time.time()
         idle = outside.idle([proc.pid], args.idle_seconds)
         reqs = audit.count({CTL_USER}, t0, t0 + idle.seconds)
         report.figure(
-            "gitops-gpu idle RSS", f"{idle.rss_mib:.0f} MiB", "< 150 MiB", idle.rss_mib < 150
+            "gitops-gpu idle RSS",
+            f"{idle.rss_mib:.0f} MiB",
+            "< 150 MiB",
+            idle.rss_mib < 150,
+            "ours.rss",
         )
         report.figure(
             f"gitops-gpu idle CPU at {args.interval:.0f}s polls (git children in)",
             f"{idle.cpu_pct:.2f}% of a core",
             "< 1%",
             idle.cpu_pct < 1,
+            key="ours.cpu",
         )
         split = ", ".join(f"{k} {v:.2f}%" for k, v in idle.threads.items() if v >= 0.005)
+        report.data["ours.threads"] = split or "none measurable"
         print(f"    by thread: {split or 'none measurable'}")
         per = per_interval(reqs, idle.seconds, args.interval)
         report.figure(
@@ -249,10 +298,14 @@ def ours(
             f"{per:.2f}",
             "<= 1.5",
             per <= 1.5,
+            key="ours.requests",
         )
         print(f"    in {idle.seconds:.0f}s: {fmt(reqs)}")
+        report.data["ours.requests_seen"] = f"in {idle.seconds:.0f} s: {fmt(reqs)}"
         lists = node_lists_after_start(audit, CTL_USER, started)
-        report.figure("gitops-gpu node LISTs after start", str(lists), "0", lists == 0)
+        report.figure(
+            "gitops-gpu node LISTs after start", str(lists), "0", lists == 0, "ours.node_lists"
+        )
         if args.ui:
             import ui_view  # noqa: PLC0415 - playwright only with --ui
 
@@ -290,7 +343,11 @@ def ours(
         wait_for("canary applied", lambda: carries(client, canary, new), 120)
         took = time.monotonic() - t
         report.figure(
-            "gitops-gpu commit -> canary applied (webhook)", f"{took:.2f}s", "< 1s", took < 1
+            "gitops-gpu commit -> canary applied (webhook)",
+            f"{took:.2f}s",
+            "< 1s",
+            took < 1,
+            "ours.webhook",
         )
         # (The bump's own rollout is not waited for: the next commit supersedes it.)
         # Commit -> canary applied by polling alone (no webhook).
@@ -302,6 +359,7 @@ def ours(
             f"{took:.2f}s",
             f"<= {args.interval + 2:.0f}s",
             took <= args.interval + 2,
+            key="ours.polling",
         )
         if not args.no_peer:  # the peer is measured on a quiet fleet: this rollout done
             rollout_marks(client, notes, polled, stages, args.pools, time.time(), 1800)
@@ -428,10 +486,18 @@ def peer(
             )
         except TimeoutError:
             print(fluxpeer.log_tail(flux), file=sys.stderr)
-            report.figure(f"Flux {flux_build.FLUX_VERSION} first apply", "none", "applies", False)
+            report.figure(
+                f"Flux {flux_build.FLUX_VERSION} first apply",
+                "none",
+                "applies",
+                False,
+                "flux.apply",
+            )
             return
         report.figure(
-            f"Flux {flux_build.FLUX_VERSION} ({crds} CRD files) first apply", f"{took:.1f}s"
+            f"Flux {flux_build.FLUX_VERSION} ({crds} CRD files) first apply",
+            f"{took:.1f}s",
+            key="flux.apply",
         )
         time.sleep(2 * args.interval)
         t0 = time.time()
@@ -441,13 +507,22 @@ def peer(
         }
         reqs = audit.count(set(FLUX_USERS.values()), t0, t0 + idle.seconds)
         rss = " + ".join(f"{s.rss_mib:.0f}" for s in per_ctl.values())
-        report.figure("Flux idle RSS (source + kustomize)", f"{idle.rss_mib:.0f} MiB ({rss})")
-        report.figure(f"Flux idle CPU at {interval} intervals", f"{idle.cpu_pct:.2f}% of a core")
+        report.figure(
+            "Flux idle RSS (source + kustomize)",
+            f"{idle.rss_mib:.0f} MiB ({rss})",
+            key="flux.rss",
+        )
+        report.figure(
+            f"Flux idle CPU at {interval} intervals",
+            f"{idle.cpu_pct:.2f}% of a core",
+            key="flux.cpu",
+        )
         per = per_interval(reqs, idle.seconds, args.interval)
-        report.figure("Flux API requests per interval", f"{per:.1f}")
+        report.figure("Flux API requests per interval", f"{per:.1f}", key="flux.requests")
         print(f"    in {idle.seconds:.0f}s: {fmt(reqs)}")
+        report.data["flux.requests_seen"] = f"in {idle.seconds:.0f} s: {fmt(reqs)}"
         lists = audit.count(set(FLUX_USERS.values()), started, time.time())["list nodes"]
-        report.figure("Flux node LISTs after start", str(lists))
+        report.figure("Flux node LISTs after start", str(lists), key="flux.node_lists")
         # Commit -> objects applied, polling only (no notification-controller, no Receiver).
         write_fleet(b.work, args.pools, driver=DRIVERS[1])
         bumped = b.commit("bump driver for the peer")
@@ -457,9 +532,15 @@ def peer(
             took = wait_for("Flux applies the bump", lambda: carries(client, canary, bumped), 120)
         except TimeoutError:
             print(fluxpeer.log_tail(flux), file=sys.stderr)
-            report.figure("Flux commit -> objects applied (polling)", "none", "applies", False)
+            report.figure(
+                "Flux commit -> objects applied (polling)", "none", "applies", False, "flux.polling"
+            )
             return
-        report.figure("Flux commit -> objects applied (polling; no Receiver built)", f"{took:.2f}s")
+        report.figure(
+            "Flux commit -> objects applied (polling; no Receiver built)",
+            f"{took:.2f}s",
+            key="flux.polling",
+        )
 
 
 if __name__ == "__main__":
