@@ -39,9 +39,12 @@ def decide(nodes: Iterable[Obj], holds: Mapping[str, str]) -> list[Change]:
     out = []
     for node in nodes:
         meta = node.get("metadata") or {}
+        annotations = meta.get("annotations")
+        ours = bool(annotations) and names.UPGRADE_HOLD_ANNOTATION in annotations
+        if not holds and not ours:
+            continue  # the idle case (every pass walks every node): one lookup a node
         name = str(meta.get("name"))
         labels = meta.get("labels") or {}
-        ours = names.UPGRADE_HOLD_ANNOTATION in (meta.get("annotations") or {})
         reason = holds.get(name)
         if reason is None:
             if ours:

@@ -62,16 +62,19 @@ def read(
     pdbs: dict[str, list[Obj]] = {}
     for pool, nodes in members.items():
         target = targets.get(pool)
+        driver_on = target is not None and not signals.disabled_for_pool(target, "driver")
         for node in nodes:
             meta = node.get("metadata") or {}
+            labels = meta.get("labels")
+            state = labels.get(names.UPGRADE_STATE_LABEL, "") if labels else ""
+            annotations = meta.get("annotations")
+            if state not in holders.WAIT_STATES and not (
+                annotations and SINCE_ANNOTATION in annotations
+            ):
+                continue  # the idle case (every pass walks every node): two lookups a node
             name = str(meta.get("name"))
-            state = (meta.get("labels") or {}).get(names.UPGRADE_STATE_LABEL, "")
-            noted = (meta.get("annotations") or {}).get(SINCE_ANNOTATION)
-            waiting = (
-                state in holders.WAIT_STATES
-                and target is not None
-                and not signals.disabled_for_pool(target, "driver")
-            )
+            noted = (annotations or {}).get(SINCE_ANNOTATION)
+            waiting = state in holders.WAIT_STATES and driver_on
             if not waiting:
                 if noted is not None:
                     out.patches[name] = {"metadata": {"annotations": {SINCE_ANNOTATION: None}}}
