@@ -40,7 +40,7 @@ def decide(nodes: Iterable[Obj], holds: Mapping[str, str]) -> list[Change]:
     for node in nodes:
         meta = node.get("metadata") or {}
         annotations = meta.get("annotations")
-        ours = bool(annotations) and names.UPGRADE_HOLD_ANNOTATION in annotations
+        ours = names.UPGRADE_HOLD_ANNOTATION in (annotations or ())
         if not holds and not ours:
             continue  # the idle case (every pass walks every node): one lookup a node
         name = str(meta.get("name"))
