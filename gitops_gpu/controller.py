@@ -431,7 +431,11 @@ class Controller:
             pools, health = self.observer.judge(snap, newest)
             self._pool_metrics(health)
             self.executor.skipped = frozenset(
-                n.node for ph in health.values() for n in ph.nodes if n.health is Health.SKIPPED
+                n.node
+                for ph in health.values()
+                if ph.unavailable  # a count: most pools have no node to walk here
+                for n in ph.nodes
+                if n.health is Health.SKIPPED
             )
             self.executor.selectors = {
                 p: t.node_selector for c in newest.clusters.values() for p, t in c.pools.items()
@@ -543,7 +547,11 @@ class Controller:
             change
             for pool in pools
             for change in verify_nodes.decide(
-                targets.get(pool), pools[pool].commit, health.get(pool), snap.members.get(pool, ())
+                targets.get(pool),
+                pools[pool].commit,
+                health.get(pool),
+                snap.members.get(pool, ()),
+                snap.informers.marks,
             )
         ]
         if changes:

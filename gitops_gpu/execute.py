@@ -103,7 +103,7 @@ class Executor:
             for pool in stage.pools
             for node in snap.members.get(pool, ())
         }
-        changes = upgrade_holds.decide(self.nodes.items(), holds)
+        changes = upgrade_holds.decide(snap.informers.nodes, holds, snap.informers.marks)
         if not changes:
             return 0
         self._fence()

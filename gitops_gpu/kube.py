@@ -452,8 +452,9 @@ def _body(raw: Any, coalesce: float) -> Iterator[bytes]:
             raise urllib3.exceptions.ProtocolError("connection closed mid-stream")
         buf += data
         out: list[bytes] = []
-        while (eol := buf.find(b"\r\n")) >= 0:
-            size = int(buf[:eol].split(b";", 1)[0], 16)
+        pos = 0  # where the next chunk starts: the buffer is cut once per read, not per chunk
+        while (eol := buf.find(b"\r\n", pos)) >= 0:
+            size = int(buf[pos:eol].split(b";", 1)[0], 16)
             end = eol + 2 + size
             if size == 0:  # the last chunk: the server ended the watch
                 if out:
@@ -462,7 +463,8 @@ def _body(raw: Any, coalesce: float) -> Iterator[bytes]:
             if len(buf) < end + 2:
                 break
             out.append(buf[eol + 2 : end])
-            buf = buf[end + 2 :]
+            pos = end + 2
+        buf = buf[pos:]
         if out:
             yield b"".join(out)
             if coalesce > 0:

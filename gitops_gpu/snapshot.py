@@ -17,6 +17,7 @@ from gitops_gpu import names
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.sync import engine, operands
 from gitops_gpu.sync.live import ChangeLog, Informer, pod_node, selector_matches
+from gitops_gpu.sync.marks import NodeMarks, mark
 
 Obj = dict[str, Any]
 CompiledFor = Callable[[str], CompiledFleet | None]
@@ -34,6 +35,8 @@ class Snapshot:
     # The nodes', reports' and pods' (by node) change logs as of this read; None: not known,
     # and a judge of this snapshot looks at every node.
     logs: tuple[ChangeLog, ChangeLog, ChangeLog] | None = None
+    # The nodes the node-level steps act on (sync/marks.py); None: not known, walk them all.
+    marks: NodeMarks | None = None
 
     def changed_since(self, earlier: Snapshot | None) -> frozenset[str] | None:
         """Nodes whose node, report or pods changed after ``earlier`` was read; None when
@@ -132,6 +135,7 @@ class Reader:
         # lookup, so a change costs one pass over the nodes, not one per pool.
         self._index: tuple[int, dict[str, dict[str, list[Obj]]]] = (-1, {})
         self._plans: dict[str, tuple[tuple[object, ...], engine.PoolPlan]] = {}
+        self._marks: tuple[int, NodeMarks | None] = (-1, None)
 
     def informers(self) -> Snapshot:
         # Logs and version first: a change racing the copies is then seen again next pass.
@@ -142,13 +146,17 @@ class Reader:
             node = pod_node(pod)
             if node:
                 pods.setdefault(node, []).append(pod)
+        nodes = self.nodes.items()
+        if self._marks[0] != version:
+            self._marks = (version, mark(nodes))
         return Snapshot(
-            self.nodes.items(),
+            nodes,
             version,
             self.reports.by_name(),
             pods,
             datetime.now(UTC),
             logs,
+            self._marks[1],
         )
 
     def read(

@@ -21,6 +21,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.sync.marks import NodeMarks
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -33,16 +34,21 @@ class Change:
     reason: str | None  # None: release our hold
 
 
-def decide(nodes: Iterable[Obj], holds: Mapping[str, str]) -> list[Change]:
+def decide(
+    nodes: Iterable[Obj], holds: Mapping[str, str], marked: NodeMarks | None = None
+) -> list[Change]:
     """``holds``: node name -> why its stage is held, for every node of a held stage. Nodes not
-    in it that carry our hold are released."""
+    in it that carry our hold are released. ``marked``: the nodes' marks (sync/marks.py), if
+    known: with no stage held and no node carrying our hold, nothing is walked."""
+    if not holds and marked is not None and not marked.held:
+        return []
     out = []
     for node in nodes:
         meta = node.get("metadata") or {}
         annotations = meta.get("annotations")
         ours = names.UPGRADE_HOLD_ANNOTATION in (annotations or ())
         if not holds and not ours:
-            continue  # the idle case (every pass walks every node): one lookup a node
+            continue  # one lookup a node
         name = str(meta.get("name"))
         labels = meta.get("labels") or {}
         reason = holds.get(name)

@@ -27,6 +27,8 @@ from gitops_gpu import kube, names
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.fleet.compiled import PoolTarget
+from gitops_gpu.sync import marks
+from gitops_gpu.sync.marks import NodeMarks
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -45,23 +47,26 @@ def decide(
     commit: str | None,
     health: PoolHealth | None,
     members: Iterable[Obj],
+    marked: NodeMarks | None = None,
 ) -> list[Change]:
     """What to change on the pool's nodes. ``commit``: what the pool's objects carry (None:
-    not one commit yet); ``health``: the ladder's verdicts at that commit."""
+    not one commit yet); ``health``: the ladder's verdicts at that commit; ``marked``: the
+    nodes' marks (sync/marks.py), if known."""
     if target is None or not target.verify_new_nodes:
-        # Most pools: only our taint to shed, and a node without taints has none (every pass
-        # walks every node, so this path stays short).
+        # Most pools: only our taint to shed; none to walk when no node has it.
+        if marked is not None and not marked.tainted:
+            return []
         return [
             Change(str(node["metadata"].get("name")), taint=False)
             for node in members
-            if (node.get("spec") or {}).get("taints") and _tainted(node)
+            if (node.get("spec") or {}).get("taints") and marks.tainted(node)
         ]
     verdicts = {n.node: n.health for n in health.nodes} if health is not None else {}
     out = []
     for node in members:
         meta = node.get("metadata") or {}
         name = str(meta.get("name"))
-        tainted = _tainted(node)
+        tainted = marks.tainted(node)
         verified = names.VERIFIED_ANNOTATION in (meta.get("annotations") or {})
         if verified:
             if tainted:
@@ -72,11 +77,6 @@ def decide(
         elif not tainted:
             out.append(Change(name, taint=True))
     return out
-
-
-def _tainted(node: Obj) -> bool:
-    taints = (node.get("spec") or {}).get("taints") or []
-    return any(t.get("key") == names.UNVERIFIED_TAINT for t in taints)
 
 
 def apply(client: kube.Client, changes: Sequence[Change]) -> int:

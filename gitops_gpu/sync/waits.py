@@ -22,10 +22,10 @@ from gitops_gpu.components import holders, signals
 from gitops_gpu.fleet.compiled import PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import PassSnapshot
+from gitops_gpu.sync.marks import SINCE_ANNOTATION
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
-SINCE_ANNOTATION = f"{names.GROUP}/upgrade-wait-since"
 MAX_NODES = 100
 
 
@@ -47,6 +47,9 @@ def read_pass(
     client: kube.Client, snap: PassSnapshot, pools: Mapping[str, PoolObservation], now: float
 ) -> Waits:
     """The waits among the pools' members, each judged against the commit its objects carry."""
+    marked = snap.informers.marks
+    if marked is not None and not marked.waiting:
+        return Waits()  # the idle case: no node waits, none keeps our since-annotation
     targets = snap.live_targets({p: o.commit for p, o in pools.items()})
     return read(client, {p: snap.members.get(p, ()) for p in targets}, targets, now)
 
@@ -71,7 +74,7 @@ def read(
             if state not in holders.WAIT_STATES and not (
                 annotations and SINCE_ANNOTATION in annotations
             ):
-                continue  # the idle case (every pass walks every node): two lookups a node
+                continue  # most nodes, while some wait: two lookups a node
             name = str(meta.get("name"))
             noted = (annotations or {}).get(SINCE_ANNOTATION)
             waiting = state in holders.WAIT_STATES and driver_on
