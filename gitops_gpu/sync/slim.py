@@ -85,14 +85,19 @@ def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None) -> Obj:
 
 
 def _condition(cond: Mapping[str, Any]) -> Obj:
-    # No timestamps: a heartbeat only moves lastHeartbeatTime, which nothing reads.
+    # No timestamps: a heartbeat only moves lastHeartbeatTime, which nothing reads. Most
+    # objects' conditions read the same ("NVML read 8 GPUs"): equal ones are kept once.
+    return _shared(_fields(cond))
+
+
+def _fields(cond: Mapping[str, Any]) -> Obj:
     return {k: _i(cond[k]) for k in ("type", "status", "reason", "message") if cond.get(k)}
 
 
 def _ready(cond: Mapping[str, Any]) -> Obj:
     # lastTransitionTime too: it moves only when Ready flips, and "NotReady since 12m" reads it.
-    out = _condition(cond)
-    if cond.get("lastTransitionTime"):
+    out = _fields(cond)
+    if cond.get("lastTransitionTime"):  # a time per node, mostly: not shared
         out["lastTransitionTime"] = cond["lastTransitionTime"]
     return out
 

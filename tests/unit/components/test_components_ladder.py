@@ -574,3 +574,16 @@ def test_a_broken_driver_pod_names_itself_and_degrades_past_a_bound(
         f"driver: driver pod nvidia-gpu-driver-ubuntu22.04-train-abcde: container "
         f"nvidia-driver-ctr {waiting} ({restarts} restarts), upgrade-state upgrade-done"
     )
+
+
+def test_equal_verdicts_share_their_rungs_and_a_different_fact_does_not() -> None:
+    """At 10,000 nodes ten rung results a node were most of the judge's memory: equal results
+    are one object (health.result), and one node's different fact stays its own."""
+    one = ladder.walk(healthy("gpu-1"), DEFAULT_POOL)
+    two = ladder.walk(healthy("gpu-2"), DEFAULT_POOL)
+    assert one.rungs is two.rungs and one.reason is two.reason
+    assert (one.node, two.node) == ("gpu-1", "gpu-2")
+    down = ladder.walk(edit(healthy("gpu-3"), ready="False"), DEFAULT_POOL)
+    assert down.rungs[0] is not one.rungs[0] and down.rungs[0].health is not Health.HEALTHY
+    assert down.rungs[1:] == one.rungs[1:]
+    assert all(r is s for r, s in zip(down.rungs[1:], one.rungs[1:], strict=True))

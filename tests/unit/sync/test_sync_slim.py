@@ -343,3 +343,21 @@ def test_gpus_that_read_the_same_share_their_small_mappings_and_others_do_not() 
         "pageRetirement": {"pending": "false", "failure": "false"},
         "eccUncorrected": {"volatile": 0},
     }
+
+
+def test_conditions_that_read_the_same_are_kept_once_and_others_are_their_own() -> None:
+    def with_condition(name: str, message: str) -> dict[str, Any]:
+        cond = {"type": "NVMLReady", "status": "True", "reason": "Read", "message": message}
+        return {"metadata": {"name": name}, "status": {"conditions": [cond]}}
+
+    a = slim.report(with_condition("a", "NVML read 8 GPUs"))
+    b = slim.report(with_condition("b", "NVML read 8 GPUs"))
+    c = slim.report(with_condition("c", "NVML read 7 GPUs"))
+    (ca,), (cb,), (cc,) = (r["status"]["conditions"] for r in (a, b, c))
+    assert ca is cb and cc is not ca
+    assert cc == {
+        "type": "NVMLReady",
+        "status": "True",
+        "reason": "Read",
+        "message": "NVML read 7 GPUs",
+    }
