@@ -90,10 +90,11 @@ class Observer:
             and memo is not None
             and memo.commit == compiled.commit
             and memo.since == since
-            and snap.now < memo.valid_until
             and (memo.members is members or memo.names == _names(members))
         ):
             touched = memo.names & changed
+            if snap.now >= memo.valid_until:  # some verdicts expired: judge those again, only
+                touched |= {n for n, v in memo.verdicts.items() if snap.now >= v.valid_until}
             if not touched:
                 self._pools[pool] = replace(memo, members=members)
                 return memo.health
@@ -102,8 +103,9 @@ class Observer:
                 name = node["metadata"]["name"]
                 if name in touched:
                     verdicts[name] = self._node(compiled.commit, pool, target, node, snap, since)
-            # A heartbeat keeps a node's health object: then the pool's is kept too.
-            same = all(verdicts[n].health is memo.verdicts[n].health for n in touched)
+            # A heartbeat keeps a node's health object, and an expired verdict judged again
+            # mostly reads the same: then the pool's health is kept too.
+            same = all(verdicts[n].health == memo.verdicts[n].health for n in touched)
             health = (
                 memo.health
                 if same

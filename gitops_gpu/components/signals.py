@@ -18,6 +18,7 @@ dated further ahead of the controller's clock than ``MAX_CLOCK_SKEW_SECONDS`` (u
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -88,13 +89,20 @@ def disabled_for_pool(pool: PoolTarget, deploy: str) -> bool:
 def pods_for(ev: NodeEvidence, app: str) -> list[Obj]:
     """Operand pods on the node by their ``app`` label, else by DaemonSet pod name
     (``<app>-<5 chars>``, so nvidia-dcgm does not claim nvidia-dcgm-exporter's pods)."""
-    name_re = re.compile(re.escape(app) + r"-[a-z0-9]{5}$")
+    if not ev.pods:
+        return []
+    name_re = _pod_name(app)
     found = []
     for pod in ev.pods:
         meta = pod.get("metadata", {})
         if (meta.get("labels") or {}).get("app") == app or name_re.match(str(meta.get("name", ""))):
             found.append(pod)
     return found
+
+
+@functools.cache
+def _pod_name(app: str) -> re.Pattern[str]:
+    return re.compile(re.escape(app) + r"-[a-z0-9]{5}$")
 
 
 def _newest(pods: Sequence[Obj]) -> Obj:

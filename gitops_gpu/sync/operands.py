@@ -28,6 +28,7 @@ DaemonSets owned by the ClusterPolicy are operands here. Everything but ``evict`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -287,6 +288,10 @@ def applied_at(obj: Obj, manager: str) -> float | None:
     ]
     if not times:
         return None
-    return max(
-        datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp() for t in times
-    )
+    return max(_unix(t) for t in times)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unix(stamp: str) -> float:
+    # Read for every pool on every pass, and the same few stamps each time.
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()

@@ -659,6 +659,36 @@ def test_an_idle_pass_looks_at_no_node_and_a_change_at_that_node_only(monkeypatc
     assert obs.judge(fleet_.snap(280), NEWEST)[1]["train"].health is Health.UNKNOWN
 
 
+def test_an_expired_verdict_looks_at_that_node_only_and_keeps_the_pools_health(
+    monkeypatch: Any,
+) -> None:
+    """Verdicts expire one by one (MEMO_MAX_AGE spread by name): the pool whose member's verdict
+    ran out judges that member again, not all of them, and an equal verdict keeps its health."""
+    monkeypatch.setattr("gitops_gpu.observe.MEMO_MAX_AGE", 20.0)  # well before the reports' 300 s
+    names_ = [f"gpu-{i}" for i in range(6)]
+    fleet_ = _Logged(names_)
+    obs = Observer()
+    first = obs.judge(fleet_.snap(), NEWEST)[1]["train"]
+    until = {n: v.valid_until for n, v in obs._verdicts.items()}
+    soonest = min(until, key=until.__getitem__)
+    at = (until[soonest] - NOW).total_seconds()
+    assert 20 <= at < 40
+    looked: list[str] = []
+    real_node = obs._node
+    monkeypatch.setattr(
+        obs,
+        "_node",
+        lambda c, p, t, n, s, since: (
+            looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s, since)
+        ),
+    )
+    assert obs.judge(fleet_.snap(at - 1), NEWEST)[1]["train"] is first and looked == []
+    again = obs.judge(fleet_.snap(at), NEWEST)[1]["train"]
+    assert looked == [n for n in names_ if until[n] == until[soonest]]
+    assert again is first  # judged again, read the same: the pool's health is kept
+    assert obs._verdicts[soonest].valid_until > until[soonest]
+
+
 def test_a_pool_left_out_of_a_pass_is_judged_afresh_when_it_returns() -> None:
     fleet_ = _Logged(["gpu-1", "gpu-2"])
     obs = Observer()
