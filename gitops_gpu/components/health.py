@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gitops_gpu.kept import Kept
+
 
 class Health(enum.IntEnum):
     HEALTHY = 0
@@ -62,17 +64,14 @@ DEFAULT_OPTIONS = Options()
 
 # Results are values, and nearly every node's rungs read the same ("gpu: 8 GPUs healthy"):
 # equal ones are one object, not ten per node (1.4 KiB a node at 10,000 nodes).
-_RESULTS: dict[tuple[str, Health, str, bool], RungResult] = {}
-_RESULTS_MAX = 8192
+_RESULTS: Kept[tuple[str, Health, str, bool], RungResult] = Kept(8192)
 
 
 def result(component: str, health: Health, detail: str, *, skipped: bool = False) -> RungResult:
     key = (component, health, detail, skipped)
     hit = _RESULTS.get(key)
     if hit is None:
-        if len(_RESULTS) >= _RESULTS_MAX:
-            _RESULTS.clear()  # many distinct details (a time in each): less is shared, that is all
-        hit = _RESULTS[key] = RungResult(component, health, f"{component}: {detail}", skipped)
+        hit = _RESULTS.one(key, RungResult(component, health, f"{component}: {detail}", skipped))
     return hit
 
 

@@ -17,7 +17,6 @@ still walked, for ``nodes``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
 
 from gitops_gpu.components import (
     dcgm,
@@ -42,10 +41,8 @@ from gitops_gpu.components.health import (
     aggregate,
 )
 from gitops_gpu.fleet.compiled import PoolTarget
+from gitops_gpu.kept import Kept
 from gitops_gpu.sync import labels
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 Check = Callable[[NodeEvidence, PoolTarget, Options], RungResult]
 
@@ -76,7 +73,7 @@ def walk(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) ->
     """Judge one node: every rung's result, and the first failing rung as the verdict (an
     unavailable node's verdict is the pool's ``unavailableNodes``)."""
     rungs = tuple(check(ev, pool, opts) for _, check in RUNGS)
-    rungs = _one(_RUNGS, rungs, rungs)
+    rungs = _RUNGS.one(rungs, rungs)
     failing = next((r for r in rungs if not r.ok), None)
     gone = node.unavailable(ev, pool)
     # A cordoned node whose rungs all pass is simply healthy: it runs the commit, and a cordon
@@ -87,27 +84,16 @@ def walk(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) ->
     if failing is not None:
         return NodeHealth(ev.name, failing.health, failing.reason, rungs)
     driver_facts = next(r.reason for r in rungs if r.component == driver.COMPONENT)
-    reason = _HEALTHY.get(driver_facts) or _one(
-        _HEALTHY, driver_facts, f"all rungs healthy ({driver_facts})"
+    reason = _HEALTHY.get(driver_facts) or _HEALTHY.one(
+        driver_facts, f"all rungs healthy ({driver_facts})"
     )
     return NodeHealth(ev.name, Health.HEALTHY, reason, rungs)
 
 
 # One string per distinct driver fact, and one tuple per distinct set of rung results, not one
 # per node (results are shared too: health.result).
-_HEALTHY: dict[str, str] = {}
-_RUNGS: dict[tuple[RungResult, ...], tuple[RungResult, ...]] = {}
-_SHARED_MAX = 1024
-
-
-def _one(cache: dict[K, V], key: K, value: V) -> V:
-    """The value kept for ``key``, else ``value``, kept (a full cache starts again)."""
-    hit = cache.get(key)
-    if hit is None:
-        if len(cache) >= _SHARED_MAX:
-            cache.clear()
-        hit = cache[key] = value
-    return hit
+_HEALTHY: Kept[str, str] = Kept(1024)
+_RUNGS: Kept[tuple[RungResult, ...], tuple[RungResult, ...]] = Kept(1024)
 
 
 def aggregate_pool(pool: PoolTarget, verdicts: Iterable[NodeHealth]) -> PoolHealth:

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypedDict, TypeVar
 import msgspec
 
 from gitops_gpu import names
+from gitops_gpu.kept import Kept
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -176,22 +177,14 @@ def report_heartbeat(old: Obj, obj: Obj) -> Obj | None:
 
 # Distinct small mappings seen, each kept once: a GPU's migMode, pageRetirement and ECC counts
 # read the same on nearly every GPU (40,000 at 5,000 nodes), and projections are read-only.
-_SHARED: dict[tuple[tuple[str, Any], ...], Obj] = {}
-_SHARED_MAX = 4096
+_SHARED: Kept[tuple[tuple[str, Any], ...], Obj] = Kept(4096)
 
 
 def _shared(mapping: Obj) -> Obj:
     try:
-        key = tuple(mapping.items())
-        hit = _SHARED.get(key)
+        return _SHARED.one(tuple(mapping.items()), mapping)
     except TypeError:  # a value that cannot be hashed (a list): kept as it is
         return mapping
-    if hit is not None:
-        return hit
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()  # a fleet with that many distinct values shares less, that is all
-    _SHARED[key] = mapping
-    return mapping
 
 
 def _gpu(gpu: Mapping[str, Any]) -> Obj:
