@@ -51,6 +51,7 @@ _REPORT_KEYS = (
 )
 _GPU_KEYS = ("index", "uuid", "state", "error")
 _META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+_OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
 
 
 def _i(value: Any) -> Any:
@@ -72,8 +73,7 @@ def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None) -> Obj:
         out["labels"] = _strings(meta["labels"])
     if meta.get("ownerReferences"):
         out["ownerReferences"] = [
-            {k: o.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
-            for o in meta["ownerReferences"]
+            {k: o.get(k) for k in _OWNER_KEYS} for o in meta["ownerReferences"]
         ]
     if annotations is None:
         if meta.get("annotations"):
@@ -169,10 +169,30 @@ def report_heartbeat(old: Obj, obj: Obj) -> Obj | None:
     observed = status.get("observedAt")
     if {**status, "observedAt": observed} != {**was, "observedAt": observed}:
         return None
-    meta = _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES)
-    if {**meta, "resourceVersion": None} != {**old["metadata"], "resourceVersion": None}:
+    raw, kept = obj.get("metadata") or {}, old["metadata"]
+    if not _same_meta(raw, kept, ANNOTATION_PREFIXES):
         return None
+    meta = {**kept, "resourceVersion": raw.get("resourceVersion")}
     return {"metadata": meta, "status": {**was, "observedAt": observed}}
+
+
+def _same_meta(raw: Mapping[str, Any], kept: Obj, annotations: tuple[str, ...]) -> bool:
+    """``_meta(raw, annotations)`` would equal ``kept`` but for resourceVersion: compared
+    field by field, building nothing (a heartbeat's metadata, ~80 a second at 10,000 nodes)."""
+    for key in _META_KEYS:
+        if raw.get(key) != kept.get(key):
+            return False
+    if (raw.get("labels") or {}) != kept.get("labels", {}):
+        return False
+    owners, kept_owners = raw.get("ownerReferences") or [], kept.get("ownerReferences", [])
+    if len(owners) != len(kept_owners):
+        return False
+    for owner, was in zip(owners, kept_owners, strict=True):
+        if any(owner.get(k) != was[k] for k in _OWNER_KEYS):
+            return False
+    if raw.get("annotations") or "annotations" in kept:
+        return bool(_strings(raw.get("annotations"), annotations) == kept.get("annotations", {}))
+    return True
 
 
 # Distinct small mappings seen, each kept once: a GPU's migMode, pageRetirement and ECC counts

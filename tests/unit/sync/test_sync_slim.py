@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gitops_gpu import kube, names
 from gitops_gpu.components import evidence
@@ -361,3 +363,46 @@ def test_conditions_that_read_the_same_are_kept_once_and_others_are_their_own() 
         "reason": "Read",
         "message": "NVML read 7 GPUs",
     }
+
+
+_metas = st.fixed_dictionaries(
+    {"name": st.sampled_from(["gpu-1", "gpu-2"]), "resourceVersion": st.sampled_from(["1", "2"])},
+    optional={
+        "uid": st.sampled_from(["u1", "u2"]),
+        "creationTimestamp": st.sampled_from(["2026-12-01T00:00:00Z", "2026-12-02T00:00:00Z"]),
+        "deletionTimestamp": st.just("2026-12-03T00:00:00Z"),
+        "labels": st.dictionaries(st.sampled_from(["a", "b"]), st.sampled_from(["1", "2"])),
+        "annotations": st.dictionaries(
+            st.sampled_from(["nvidia.com/x", "gitops-gpu.io/y", "other.io/z"]),
+            st.sampled_from(["1", "2"]),
+        ),
+        "ownerReferences": st.lists(
+            st.fixed_dictionaries(
+                {"kind": st.just("Node"), "name": st.sampled_from(["gpu-1", "gpu-2"])},
+                optional={"uid": st.sampled_from(["n1", "n2"]), "controller": st.booleans()},
+            ),
+            max_size=2,
+        ),
+    },
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(before=_metas, after=_metas)
+def test_a_report_heartbeat_is_told_from_a_metadata_change_as_projecting_would(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """report_heartbeat compares the new metadata with the kept projection field by field; it
+    must say "only the resourceVersion moved" exactly when the projections would."""
+    status = {"observedAt": "2026-12-01T00:00:00Z", "driverVersion": "580.95.05"}
+    old = slim.report({"metadata": before, "status": status})
+    beat = {"metadata": after, "status": {**status, "observedAt": "2026-12-01T00:02:00Z"}}
+    projected = slim.report(beat)
+    same = {**projected["metadata"], "resourceVersion": None} == {
+        **old["metadata"],
+        "resourceVersion": None,
+    }
+    moved = slim.report_heartbeat(old, beat)
+    assert (moved is not None) == same
+    if moved is not None:
+        assert moved == projected
