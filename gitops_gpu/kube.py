@@ -445,12 +445,13 @@ def _body(raw: Any, coalesce: float) -> Iterator[bytes]:
     buf = b""
     while True:
         data = fp.read1(65536)
+        reads = [buf, data]
         while data and _readable(sock):  # what else has arrived, without waiting for more
-            buf += data
             data = fp.read1(65536)
+            reads.append(data)
         if not data:
             raise urllib3.exceptions.ProtocolError("connection closed mid-stream")
-        buf += data
+        buf = b"".join(reads)  # once: a burst read 64 KiB at a time is not copied per read
         out: list[bytes] = []
         pos = 0  # where the next chunk starts: the buffer is cut once per read, not per chunk
         while (eol := buf.find(b"\r\n", pos)) >= 0:

@@ -68,3 +68,23 @@ def test_a_body_cut_before_its_last_chunk_is_an_error() -> None:
     data = _chunked([b"one\n", b"two\n"], False)[:-5]  # the last chunk never arrives
     with pytest.raises(urllib3.exceptions.ProtocolError, match="closed mid-stream"):
         _drain(kube._body(_raw([data]), 0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=events, cuts=st.lists(st.integers(0, 10_000), max_size=30))
+def test_a_burst_read_in_many_pieces_yields_its_events(
+    events: list[bytes], cuts: list[int]
+) -> None:
+    """Pieces already waiting are read together before chunks are cut (kube._readable)."""
+    pieces = _split(_chunked(events, False), cuts)
+    raw = _raw(pieces)
+    left = list(pieces)
+    reads = raw._fp.fp
+
+    def read1(_n: int) -> bytes:
+        return left.pop(0) if left else b""
+
+    reads.read1 = read1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kube, "_readable", lambda _sock: bool(left))
+        assert _drain(kube._body(raw, 0)) == b"".join(events)
