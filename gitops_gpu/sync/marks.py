@@ -4,7 +4,7 @@ Three steps of a pass look for nodes in a particular state: the workload waits (
 upgrade waiting on pods, or our record of since when: sync/waits.py), the upgrade holds (our
 hold annotation: sync/upgrade_holds.py) and new-node verification (our NoSchedule taint:
 sync/verify_nodes.py). In an idle fleet no node is in any of them, yet each step walked every
-node every pass (a quarter of the idle pass at 5,000 nodes). The node cache changes rarely
+node every pass (half the idle pass thread's samples at 5,000 nodes). The node cache changes rarely
 (heartbeats leave its projections alone), so the walk happens once per change and an idle pass
 asks three empty sets.
 """
