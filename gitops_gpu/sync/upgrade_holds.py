@@ -21,6 +21,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import GitopsGpuError
+from gitops_gpu.sync import marks
 from gitops_gpu.sync.marks import NodeMarks
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,7 @@ def decide(
     out = []
     for node in nodes:
         meta = node.get("metadata") or {}
-        annotations = meta.get("annotations")
-        ours = names.UPGRADE_HOLD_ANNOTATION in (annotations or ())
+        ours = marks.held(node)
         if not holds and not ours:
             continue  # one lookup a node
         name = str(meta.get("name"))

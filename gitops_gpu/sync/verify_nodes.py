@@ -59,7 +59,7 @@ def decide(
         return [
             Change(str(node["metadata"].get("name")), taint=False)
             for node in members
-            if (node.get("spec") or {}).get("taints") and marks.tainted(node)
+            if marks.tainted(node)
         ]
     verdicts = {n.node: n.health for n in health.nodes} if health is not None else {}
     out = []

@@ -22,6 +22,7 @@ from gitops_gpu.components import holders, signals
 from gitops_gpu.fleet.compiled import PoolTarget
 from gitops_gpu.rollout.inputs import PoolObservation
 from gitops_gpu.snapshot import PassSnapshot
+from gitops_gpu.sync import marks
 from gitops_gpu.sync.marks import SINCE_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -71,10 +72,8 @@ def read(
             labels = meta.get("labels")
             state = labels.get(names.UPGRADE_STATE_LABEL, "") if labels else ""
             annotations = meta.get("annotations")
-            if state not in holders.WAIT_STATES and not (
-                annotations and SINCE_ANNOTATION in annotations
-            ):
-                continue  # most nodes, while some wait: two lookups a node
+            if not marks.waiting(node):
+                continue  # most nodes, while some wait
             name = str(meta.get("name"))
             noted = (annotations or {}).get(SINCE_ANNOTATION)
             waiting = state in holders.WAIT_STATES and driver_on

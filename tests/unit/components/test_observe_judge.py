@@ -459,6 +459,20 @@ def _walks(monkeypatch: Any) -> list[str]:
     return walked
 
 
+def _looks(monkeypatch: Any, obs: Observer) -> list[str]:
+    """The names of the nodes ``obs`` looks at from now on (its per-node memo lookups)."""
+    looked: list[str] = []
+    real_node = obs._node
+    monkeypatch.setattr(
+        obs,
+        "_node",
+        lambda c, p, t, n, s, since: (
+            looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s, since)
+        ),
+    )
+    return looked
+
+
 def _beat(name: str, age: float = 0.0, rv: str = "2", **overrides: Any) -> Obj:
     """A report as the informer keeps it (sync/slim.py's projection)."""
     return slim.report(
@@ -634,15 +648,7 @@ def test_an_idle_pass_looks_at_no_node_and_a_change_at_that_node_only(monkeypatc
     first = obs.judge(fleet_.snap(), NEWEST)
     assert sorted(walked) == ["gpu-1", "gpu-2", "gpu-3"]
     assert first[1]["train"].health is Health.HEALTHY
-    looked: list[str] = []
-    real_node = obs._node
-    monkeypatch.setattr(
-        obs,
-        "_node",
-        lambda c, p, t, n, s, since: (
-            looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s, since)
-        ),
-    )
+    looked = _looks(monkeypatch, obs)
     assert obs.judge(fleet_.snap(5), NEWEST) == first  # idle: the pool's health as it was
     assert looked == []
     _event(fleet_.reports, _beat("gpu-2", xid_events=[(0, 79)], rv="9"))
@@ -673,15 +679,7 @@ def test_an_expired_verdict_looks_at_that_node_only_and_keeps_the_pools_health(
     soonest = min(until, key=until.__getitem__)
     at = (until[soonest] - NOW).total_seconds()
     assert 20 <= at < 40
-    looked: list[str] = []
-    real_node = obs._node
-    monkeypatch.setattr(
-        obs,
-        "_node",
-        lambda c, p, t, n, s, since: (
-            looked.append(n["metadata"]["name"]) or real_node(c, p, t, n, s, since)
-        ),
-    )
+    looked = _looks(monkeypatch, obs)
     assert obs.judge(fleet_.snap(at - 1), NEWEST)[1]["train"] is first and looked == []
     again = obs.judge(fleet_.snap(at), NEWEST)[1]["train"]
     assert looked == [n for n in names_ if until[n] == until[soonest]]
