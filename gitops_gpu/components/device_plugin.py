@@ -65,7 +65,7 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     gpus, mig = advertised(ev.allocatable)
     if gpus + mig == 0:
         return result(COMPONENT, Health.PROGRESSING, "allocatable advertises no GPUs yet")
-    mig_on = any((g.get("migMode") or {}).get("current") == "enabled" for g in ev.gpus)
+    mig_on = any(g.mig_current == "enabled" for g in ev.gpus)
     count = _int(ev.labels.get(names.GPU_COUNT_LABEL, 0))
     if pool.mig_resources and count and _layout_applied(ev, pool):
         return _mig_kept(ev, pool, pool.mig_resources, count, opts)

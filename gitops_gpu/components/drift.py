@@ -66,10 +66,10 @@ def node_drift(
     if pool.driver_version and actual_driver != pool.driver_version:
         out.append(drift("driverVersion", pool.driver_version, actual_driver))
     profile = pool.mig_config or ev.labels.get(names.MIG_CONFIG_LABEL)
-    ok_gpus = [g for g in ev.gpus if g.get("state") == "ok"]
+    ok_gpus = [g for g in ev.gpus if g.ok]
     want = pool_mig_mode(pool, profile) if profile else None
     if profile and want is not None:
-        modes = [(g.get("migMode") or {}).get("current") for g in ok_gpus]
+        modes = [g.mig_current for g in ok_gpus]
         wrong = [m for m in modes if m != want and not (m == NOT_SUPPORTED and want == "disabled")]
         if wrong:
             out.append(

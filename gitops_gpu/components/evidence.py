@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitops_gpu import kube, names, timefmt
+from gitops_gpu.components import gpu_facts
+from gitops_gpu.components.gpu_facts import Gpu
 from gitops_gpu.fleet.compiled import PoolTarget
 
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -97,8 +99,8 @@ class NodeEvidence:
         return False
 
     @property
-    def gpus(self) -> Sequence[Obj]:
-        return (self.status or {}).get("gpus") or []
+    def gpus(self) -> Sequence[Gpu]:
+        return gpu_facts.of_status(self.status)
 
 
 def seen_at(report: Obj | None) -> datetime | None:

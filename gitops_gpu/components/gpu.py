@@ -10,7 +10,6 @@ counters reset when the driver reloads, so they already mean "since the last dri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from gitops_gpu.components import signals
@@ -21,11 +20,6 @@ from gitops_gpu.fleet.compiled import PoolTarget
 COMPONENT = "gpu"
 # Xids caused by applications, not hardware: k8s-device-plugin skips these by default.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-
-
-def _name(gpu: Mapping[str, Any]) -> str:
-    uuid = gpu.get("uuid")
-    return f"GPU {gpu.get('index')}" + (f" ({uuid})" if uuid else "")
 
 
 def _count(value: Any) -> int:
@@ -41,12 +35,10 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     status = ev.status or {}
     gpus = list(ev.gpus)
     for gpu in gpus:
-        if gpu.get("state") == "lost":
-            return result(COMPONENT, Health.DEGRADED, f"{_name(gpu)} is lost (fell off the bus)")
-        if gpu.get("state") == "error":
-            return result(
-                COMPONENT, Health.DEGRADED, f"{_name(gpu)}: {gpu.get('error', 'NVML error')}"
-            )
+        if gpu.state == "lost":
+            return result(COMPONENT, Health.DEGRADED, f"{gpu.name} is lost (fell off the bus)")
+        if gpu.state == "error":
+            return result(COMPONENT, Health.DEGRADED, f"{gpu.name}: {gpu.error or 'NVML error'}")
     critical = [
         x for x in signals.xids_since(status, opts.since) if x.get("xid") not in APPLICATION_XIDS
     ]
@@ -59,20 +51,20 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
             f"Xid {last.get('xid')} on GPU {last.get('gpu')} at {last.get('seenAt')}{more}",
         )
     for gpu in gpus:
-        ecc = _count((gpu.get("eccUncorrected") or {}).get("volatile"))
+        ecc = _count((gpu.ecc_uncorrected or {}).get("volatile"))
         if ecc:
             return result(
                 COMPONENT,
                 Health.DEGRADED,
-                f"{_name(gpu)}: {ecc} uncorrectable ECC errors since the driver loaded",
+                f"{gpu.name}: {ecc} uncorrectable ECC errors since the driver loaded",
             )
-        pages = gpu.get("pageRetirement") or {}
+        pages = gpu.page_retirement or {}
         if pages.get("failed"):
-            return result(COMPONENT, Health.DEGRADED, f"{_name(gpu)}: row remapping failed")
+            return result(COMPONENT, Health.DEGRADED, f"{gpu.name}: row remapping failed")
         if pages.get("pending"):
             return result(
                 COMPONENT,
                 Health.DEGRADED,
-                f"{_name(gpu)}: {pages.get('mechanism')} pending, the GPU needs a reset",
+                f"{gpu.name}: {pages.get('mechanism')} pending, the GPU needs a reset",
             )
     return result(COMPONENT, Health.HEALTHY, f"{len(gpus)} GPUs healthy")

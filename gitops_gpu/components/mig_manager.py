@@ -45,7 +45,7 @@ def pool_mig_mode(pool: PoolTarget, profile: str) -> str | None:
 def _mig_capable(ev: NodeEvidence) -> bool:
     if ev.labels.get(MIG_CAPABLE_LABEL) == "false":
         return False
-    modes = [(g.get("migMode") or {}).get("current") for g in ev.gpus if g.get("state") == "ok"]
+    modes = [g.mig_current for g in ev.gpus if g.ok]
     return not modes or any(m != NOT_SUPPORTED for m in modes)
 
 
@@ -95,27 +95,25 @@ def check(ev: NodeEvidence, pool: PoolTarget, opts: Options = DEFAULT_OPTIONS) -
     if ev.status is None or not ev.nvml_ready():
         return result(COMPONENT, Health.UNKNOWN, "no NVML facts to confirm the MIG mode")
     for gpu in ev.gpus:
-        if gpu.get("state") != "ok":
+        if not gpu.ok:
             continue
-        mig = gpu.get("migMode") or {}
+        mig = gpu.mig_mode or {}
         current, pending = mig.get("current"), mig.get("pending")
         if current == NOT_SUPPORTED:
             if want == "enabled":
-                return result(
-                    COMPONENT, Health.DEGRADED, f"GPU {gpu.get('index')} does not support MIG"
-                )
+                return result(COMPONENT, Health.DEGRADED, f"GPU {gpu.index} does not support MIG")
             continue
         if pending != current:
             return result(
                 COMPONENT,
                 Health.PROGRESSING,
-                f"GPU {gpu.get('index')} MIG {current}, pending {pending} (needs a GPU reset)",
+                f"GPU {gpu.index} MIG {current}, pending {pending} (needs a GPU reset)",
             )
         if want is not None and current != want:
             return result(
                 COMPONENT,
                 Health.PROGRESSING,
                 f"mig.config.state=success but NVML shows MIG {current} on GPU "
-                f"{gpu.get('index')}, {profile} needs {want}",
+                f"{gpu.index}, {profile} needs {want}",
             )
     return result(COMPONENT, Health.HEALTHY, f"{profile} applied, MIG {want or 'per device'}")

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 import msgspec
 
 from gitops_gpu import names
+from gitops_gpu.components.gpu_facts import Ecc, Gpu, from_mapping
 from gitops_gpu.kept import Kept
 
 Obj = dict[str, Any]
@@ -49,7 +50,6 @@ _REPORT_KEYS = (
     "xidMonitoring",
     "xidEventsTotal",
 )
-_GPU_KEYS = ("index", "uuid", "state", "error")
 _META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
 _OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
 
@@ -66,12 +66,12 @@ def _strings(mapping: Mapping[str, Any] | None, prefixes: tuple[str, ...] = ()) 
     }
 
 
-def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None) -> Obj:
+def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None, owners: bool = True) -> Obj:
     out: Obj = {k: meta[k] for k in _META_KEYS if k in meta}
     out["resourceVersion"] = meta.get("resourceVersion")
     if meta.get("labels"):
         out["labels"] = _strings(meta["labels"])
-    if meta.get("ownerReferences"):
+    if owners and meta.get("ownerReferences"):
         out["ownerReferences"] = [
             {k: o.get(k) for k in _OWNER_KEYS} for o in meta["ownerReferences"]
         ]
@@ -108,7 +108,7 @@ def node(obj: Obj) -> Obj:
     GPUs."""
     status = obj.get("status") or {}
     ready = [_ready(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    alloc = _strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,))
+    alloc = _shared(_strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,)))  # one per shape
     raw = obj.get("spec") or {}
     spec: dict[str, Any] = {"unschedulable": True} if raw.get("unschedulable") else {}
     ours = [t for t in raw.get("taints") or [] if t.get("key") == names.UNVERIFIED_TAINT]
@@ -144,7 +144,8 @@ def pod(obj: Obj) -> Obj:
 def report(obj: Obj) -> Obj:
     """NodeGPUReports: what the ladder reads (freshness, NVMLReady, driver, per-GPU state, MIG,
     ECC, page retirement, Xids); not the GPU telemetry (name, PCI, memory, temperature,
-    power) that changes on every heartbeat and no decision reads."""
+    power) that changes on every heartbeat and no decision reads. GPUs are kept as
+    :class:`Gpu` records; the owner reference (the Node, for garbage collection) is dropped."""
     status = obj.get("status") or {}
     slim_status: Obj = {k: _i(status[k]) for k in _REPORT_KEYS if k in status}
     if "conditions" in status:
@@ -154,9 +155,10 @@ def report(obj: Obj) -> Obj:
             {k: _i(v) for k, v in ev.items()} for ev in status["xidEvents"] or []
         ]
     if "gpus" in status:
-        slim_status["gpus"] = [_gpu(g) for g in status["gpus"] or []]
+        gpus = status["gpus"] if isinstance(status["gpus"], list) else []
+        slim_status["gpus"] = [_gpu(g) for g in gpus if isinstance(g, Gpu | Mapping)]
     return {
-        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES),
+        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES, owners=False),
         "status": slim_status,
     }
 
@@ -177,19 +179,14 @@ def report_heartbeat(old: Obj, obj: Obj) -> Obj | None:
 
 
 def _same_meta(raw: Mapping[str, Any], kept: Obj, annotations: tuple[str, ...]) -> bool:
-    """``_meta(raw, annotations)`` would equal ``kept`` but for resourceVersion: compared
-    field by field, building nothing (a heartbeat's metadata, ~80 a second at 10,000 nodes)."""
+    """``_meta(raw, annotations, owners=False)`` would equal ``kept`` but for resourceVersion:
+    compared field by field, building nothing (a heartbeat's metadata, ~80 a second at 10,000
+    nodes)."""
     for key in _META_KEYS:
         if raw.get(key) != kept.get(key):
             return False
     if (raw.get("labels") or {}) != kept.get("labels", {}):
         return False
-    owners, kept_owners = raw.get("ownerReferences") or [], kept.get("ownerReferences", [])
-    if len(owners) != len(kept_owners):
-        return False
-    for owner, was in zip(owners, kept_owners, strict=True):
-        if any(owner.get(k) != was[k] for k in _OWNER_KEYS):
-            return False
     if raw.get("annotations") or "annotations" in kept:
         return bool(_strings(raw.get("annotations"), annotations) == kept.get("annotations", {}))
     return True
@@ -207,15 +204,18 @@ def _shared(mapping: Obj) -> Obj:
         return mapping
 
 
-def _gpu(gpu: Mapping[str, Any]) -> Obj:
-    out: Obj = {k: _i(gpu[k]) for k in _GPU_KEYS if k in gpu}
-    for key in ("migMode", "pageRetirement"):
-        if isinstance(gpu.get(key), dict):
-            out[key] = _shared(_strings(gpu[key]))
-    ecc = gpu.get("eccUncorrected")
-    if isinstance(ecc, dict) and "volatile" in ecc:
-        out["eccUncorrected"] = _shared({"volatile": _i(ecc["volatile"])})
-    return out
+def _gpu(gpu: Gpu | Mapping[str, Any]) -> Gpu:
+    g = gpu if isinstance(gpu, Gpu) else from_mapping(gpu)  # typed decode, or json's fallback
+    ecc = g.ecc_uncorrected
+    return Gpu(
+        index=g.index,
+        uuid=g.uuid,  # one per GPU: interning would only add a table entry
+        state=_i(g.state),
+        error=g.error,
+        mig_mode=None if g.mig_mode is None else _shared(_strings(g.mig_mode)),
+        ecc_uncorrected=None if ecc is None else cast(Ecc, _shared(dict(ecc))),
+        page_retirement=None if g.page_retirement is None else _shared(_strings(g.page_retirement)),
+    )
 
 
 def policy(obj: Obj) -> Obj:
@@ -274,7 +274,9 @@ class _Owner(TypedDict, total=False):
     controller: bool
 
 
-class _Meta(TypedDict, total=False):
+class _ReportMeta(TypedDict, total=False):
+    """A report's owner (its Node, for garbage collection) is not read: not even decoded."""
+
     name: str
     namespace: str
     uid: str
@@ -283,6 +285,9 @@ class _Meta(TypedDict, total=False):
     deletionTimestamp: str
     labels: dict[str, str]
     annotations: dict[str, str]
+
+
+class _Meta(_ReportMeta, total=False):
     ownerReferences: list[_Owner]
 
 
@@ -333,20 +338,6 @@ class _Pod(TypedDict, total=False):
     status: _PodStatus
 
 
-class _Ecc(TypedDict, total=False):
-    volatile: int
-
-
-class _Gpu(TypedDict, total=False):
-    index: int
-    uuid: str
-    state: str
-    error: str
-    migMode: dict[str, Any]
-    eccUncorrected: _Ecc  # as the projection keeps it: a heartbeat compares equal
-    pageRetirement: dict[str, Any]
-
-
 class _ReportStatus(TypedDict, total=False):
     nodeName: str
     observedAt: str
@@ -358,11 +349,11 @@ class _ReportStatus(TypedDict, total=False):
     xidEvents: list[dict[str, Any]]
     xidEventsTotal: int
     conditions: list[_Cond]
-    gpus: list[_Gpu]
+    gpus: list[Gpu]  # decoded as records: a heartbeat compares them with the kept ones in C
 
 
 class _Report(TypedDict, total=False):
-    metadata: _Meta
+    metadata: _ReportMeta
     status: _ReportStatus
 
 

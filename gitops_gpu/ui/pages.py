@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import msgspec
+
 from gitops_gpu.components.holders import age
 from gitops_gpu.rollout.phases import format_time
 from gitops_gpu.rollout.status import stage_context
@@ -266,8 +268,13 @@ def key_values(caption: str, items: Iterable[tuple[str, object]]) -> str:
     return f"<table><caption>{e(caption)}</caption><tbody>{rows}</tbody></table>"
 
 
+def _plain(obj: object) -> object:
+    # The cache keeps a report's GPUs as records (components/gpu_facts.py): shown as JSON.
+    return msgspec.to_builtins(obj) if isinstance(obj, msgspec.Struct) else str(obj)
+
+
 def pretty(obj: object) -> str:
-    return f"<pre>{e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>"
+    return f"<pre>{e(json.dumps(obj, indent=2, sort_keys=True, default=_plain))}</pre>"
 
 
 def table(caption: str, columns: Sequence[str], body: str) -> str:

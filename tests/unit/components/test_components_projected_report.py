@@ -7,6 +7,7 @@ import copy
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from components_builders import APPS, NOW, node_obj, pod, pool, status_for
 
@@ -55,7 +56,7 @@ _PRODUCTS = {"h100-80gb", "h100-80gb-mig", "l40s", "a100-40gb", "b200"}
 
 def test_the_projection_drops_gpu_telemetry_and_keeps_the_rest() -> None:
     whole = _report("gpu-1", "h100-80gb", FAULTS["xid 79"])
-    out = slim.report(copy.deepcopy(whole))
+    out = msgspec.to_builtins(slim.report(copy.deepcopy(whole)))
     gpu = out["status"]["gpus"][0]
     assert set(gpu) == {"index", "uuid", "state", "migMode", "eccUncorrected", "pageRetirement"}
     assert set(gpu["eccUncorrected"]) == {"volatile"}

@@ -3,6 +3,7 @@ and the colours' contrast (no browser: tests/e2e/test_ui_browser.py drives one).
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from gitops_gpu.rollout.authentic import Judged
 from gitops_gpu.rollout.inputs import Commit, PoolObservation
 from gitops_gpu.rollout.span import cluster_context
 from gitops_gpu.rollout.status import CommitStatus, stage_context
+from gitops_gpu.sync import slim
 from gitops_gpu.ui import model, pages
 from gitops_gpu.ui.app import WebView
 from gitops_gpu.ui.facts import PassFacts
@@ -210,3 +212,12 @@ def test_a_controller_of_one_cluster_shows_its_pools_and_each_clusters_part() ->
     assert f"cluster prod-eu: {OLD[:7]} pending" in card
     assert "1/1 nodes healthy in 1 pools" in card  # infer-l40s; train-h100 is prod-eu's
     assert "train-h100" not in card
+
+
+def test_a_cached_reports_gpus_show_as_the_json_the_agent_wrote() -> None:
+    """The cache keeps GPUs as records: the node page still shows them as JSON fields."""
+    gpu = {"index": 0, "uuid": "GPU-1a2b", "state": "ok", "migMode": {"current": "disabled"}}
+    cached = slim.report({"metadata": {"name": "n"}, "status": {"gpus": [gpu]}})
+    text = html.unescape(pages.pretty(cached["status"]))
+    assert '"uuid": "GPU-1a2b"' in text and '"migMode": {' in text
+    assert "Gpu(" not in text
