@@ -237,6 +237,7 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    heap.census_on_signal()
     lease = (
         None
         if args.no_leader_election
