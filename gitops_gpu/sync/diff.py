@@ -144,8 +144,14 @@ def managed_label_keys(node: Obj) -> set[str]:
     return {k for k in raw.split(",") if k}
 
 
-def diff_node_labels(node: Obj, desired: Mapping[str, str], pool: str | None) -> NodeLabelDiff:
-    """Labels to set and to remove; only keys we set earlier are ever removed."""
+def diff_node_labels(
+    node: Obj,
+    desired: Mapping[str, str],
+    pool: str | None,
+    desired_keys: tuple[str, ...] | None = None,
+) -> NodeLabelDiff:
+    """Labels to set and to remove; only keys we set earlier are ever removed. ``desired_keys``:
+    ``desired``'s keys sorted, when the caller has them (one tuple for a pool's nodes)."""
     labels: Mapping[str, str] = node.get("metadata", {}).get("labels") or {}
     to_set = {k: v for k, v in desired.items() if labels.get(k) != v}
     to_remove = tuple(sorted(k for k in managed_label_keys(node) - set(desired) if k in labels))
@@ -157,5 +163,5 @@ def diff_node_labels(node: Obj, desired: Mapping[str, str], pool: str | None) ->
         to_set,
         to_remove,
         tuple(changes),
-        tuple(sorted(desired)),
+        tuple(sorted(desired)) if desired_keys is None else desired_keys,
     )

@@ -32,6 +32,21 @@ DRV_API, DRV_KIND = names.NVIDIA_DRIVER_API
 
 
 @dataclass(frozen=True)
+class _Desired:
+    """A pool's desired node labels, built once a plan: every member's label-diff memo holds
+    this one value, not its own copy of the labels (5,000 memos at 5,000 nodes)."""
+
+    pool: str
+    items: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    labels: Mapping[str, str] = field(compare=False)
+
+    @classmethod
+    def of(cls, pool: str, labels: Mapping[str, str]) -> _Desired:
+        return cls(pool, tuple(sorted(labels.items())), tuple(sorted(labels)), labels)
+
+
+@dataclass(frozen=True)
 class Selection:
     """Which part of a cluster's target a plan covers."""
 
@@ -148,7 +163,7 @@ class Engine:
         self.field_manager = field_manager
         # (kind, name) -> (live_key, manifest digest): known to be in sync.
         self._in_sync: dict[tuple[str, str], tuple[tuple[object, ...], str]] = {}
-        self._label_diffs: dict[str, tuple[tuple[object, ...], diff.NodeLabelDiff]] = {}
+        self._label_diffs: dict[str, tuple[tuple[str, _Desired], diff.NodeLabelDiff]] = {}
         # Node -> (the resourceVersion its labels were planned from, when known; the node our
         # PATCH returned): while a node cache trails that write, the node is planned as the
         # PATCH returned it (issue 32: a trailing cache re-patched whole pools).
@@ -182,14 +197,14 @@ class Engine:
                 "fleet.yaml to the namespace it runs in",
             ) from exc
 
-    def _label_diff(self, node: Obj, desired: Mapping[str, str], pool: str) -> diff.NodeLabelDiff:
+    def _label_diff(self, node: Obj, desired: _Desired) -> diff.NodeLabelDiff:
         """diff_node_labels, memoised by the node's resourceVersion and the desired labels."""
-        key = (str(node["metadata"].get("resourceVersion")), pool, tuple(sorted(desired.items())))
+        key = (str(node["metadata"].get("resourceVersion")), desired)
         name = str(node["metadata"]["name"])
         hit = self._label_diffs.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        result = diff.diff_node_labels(node, desired, pool)
+        result = diff.diff_node_labels(node, desired.labels, desired.pool, desired.keys)
         self._label_diffs[name] = (key, result)
         return result
 
@@ -242,7 +257,8 @@ class Engine:
                 for n in nodes
                 if selector_matches(pool.node_selector, n["metadata"].get("labels") or {})
             ]
-            node_diffs = [self._label_diff(n, pool.node_labels, name) for n in members]
+            desired = _Desired.of(name, pool.node_labels)  # once a pool: each node's memo shares it
+            node_diffs = [self._label_diff(n, desired) for n in members]
             pools.append(
                 PoolPlan(
                     name,

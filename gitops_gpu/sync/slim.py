@@ -40,17 +40,19 @@ ALLOCATABLE_PREFIX = "nvidia.com/"
 _POD_CONDITIONS = frozenset({"Ready"})
 _CONTAINER_KEYS = ("name", "ready", "restartCount", "state")
 # NodeGPUReport status fields the ladder reads besides conditions, Xids and GPUs.
+# Not nodeName (the report's own name) nor xidEventsTotal (xidEvents is read): with conditions,
+# xidEvents and gpus that is 9 keys, which fit half the dict table 11 need (~200 bytes a report).
 _REPORT_KEYS = (
-    "nodeName",
     "observedAt",
     "heartbeatSeconds",
     "driverVersion",
     "gpuCount",
     "migMode",
     "xidMonitoring",
-    "xidEventsTotal",
 )
 _META_KEYS = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp")
+# A report's uid and creation time are read by nothing (its age is its observedAt).
+_REPORT_META_KEYS = ("name", "namespace", "deletionTimestamp")
 _OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
 
 
@@ -66,8 +68,13 @@ def _strings(mapping: Mapping[str, Any] | None, prefixes: tuple[str, ...] = ()) 
     }
 
 
-def _meta(meta: Mapping[str, Any], annotations: tuple[str, ...] | None, owners: bool = True) -> Obj:
-    out: Obj = {k: meta[k] for k in _META_KEYS if k in meta}
+def _meta(
+    meta: Mapping[str, Any],
+    annotations: tuple[str, ...] | None,
+    owners: bool = True,
+    keys: tuple[str, ...] = _META_KEYS,
+) -> Obj:
+    out: Obj = {k: meta[k] for k in keys if k in meta}
     out["resourceVersion"] = meta.get("resourceVersion")
     if meta.get("labels"):
         out["labels"] = _strings(meta["labels"])
@@ -158,7 +165,9 @@ def report(obj: Obj) -> Obj:
         gpus = status["gpus"] if isinstance(status["gpus"], list) else []
         slim_status["gpus"] = [_gpu(g) for g in gpus if isinstance(g, Gpu | Mapping)]
     return {
-        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES, owners=False),
+        "metadata": _meta(
+            obj.get("metadata") or {}, ANNOTATION_PREFIXES, owners=False, keys=_REPORT_META_KEYS
+        ),
         "status": slim_status,
     }
 
@@ -179,10 +188,9 @@ def report_heartbeat(old: Obj, obj: Obj) -> Obj | None:
 
 
 def _same_meta(raw: Mapping[str, Any], kept: Obj, annotations: tuple[str, ...]) -> bool:
-    """``_meta(raw, annotations, owners=False)`` would equal ``kept`` but for resourceVersion:
-    compared field by field, building nothing (a heartbeat's metadata, ~80 a second at 10,000
-    nodes)."""
-    for key in _META_KEYS:
+    """A report's ``_meta`` of ``raw`` would equal ``kept`` but for resourceVersion: compared
+    field by field, building nothing (a heartbeat's metadata, ~80 a second at 10,000 nodes)."""
+    for key in _REPORT_META_KEYS:
         if raw.get(key) != kept.get(key):
             return False
     if (raw.get("labels") or {}) != kept.get("labels", {}):
@@ -275,19 +283,20 @@ class _Owner(TypedDict, total=False):
 
 
 class _ReportMeta(TypedDict, total=False):
-    """A report's owner (its Node, for garbage collection) is not read: not even decoded."""
+    """What a report's projection keeps: not even decoded are its owner (its Node, for garbage
+    collection), uid and creation time."""
 
     name: str
     namespace: str
-    uid: str
     resourceVersion: str
-    creationTimestamp: str
     deletionTimestamp: str
     labels: dict[str, str]
     annotations: dict[str, str]
 
 
 class _Meta(_ReportMeta, total=False):
+    uid: str
+    creationTimestamp: str
     ownerReferences: list[_Owner]
 
 
@@ -339,7 +348,6 @@ class _Pod(TypedDict, total=False):
 
 
 class _ReportStatus(TypedDict, total=False):
-    nodeName: str
     observedAt: str
     heartbeatSeconds: int
     driverVersion: str
@@ -347,7 +355,6 @@ class _ReportStatus(TypedDict, total=False):
     migMode: str
     xidMonitoring: str
     xidEvents: list[dict[str, Any]]
-    xidEventsTotal: int
     conditions: list[_Cond]
     gpus: list[Gpu]  # decoded as records: a heartbeat compares them with the kept ones in C
 
