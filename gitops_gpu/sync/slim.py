@@ -29,6 +29,7 @@ import msgspec
 from gitops_gpu import names
 from gitops_gpu.components.gpu_facts import Ecc, Gpu, from_mapping
 from gitops_gpu.kept import Kept
+from gitops_gpu.sync import node_labels
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -111,8 +112,8 @@ def _ready(cond: Mapping[str, Any]) -> Obj:
 
 
 def node(obj: Obj) -> Obj:
-    """Labels, our and NVIDIA's annotations, unschedulable, Ready (and since when), allocatable
-    GPUs."""
+    """Labels (shared by the nodes of a shape: sync/node_labels.py), our and NVIDIA's
+    annotations, unschedulable, Ready (and since when), allocatable GPUs."""
     status = obj.get("status") or {}
     ready = [_ready(c) for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     alloc = _shared(_strings(status.get("allocatable"), (ALLOCATABLE_PREFIX,)))  # one per shape
@@ -121,11 +122,10 @@ def node(obj: Obj) -> Obj:
     ours = [t for t in raw.get("taints") or [] if t.get("key") == names.UNVERIFIED_TAINT]
     if ours:  # only our taint: others' are not read, and never written back from here
         spec["taints"] = [{"key": names.UNVERIFIED_TAINT, "effect": ours[0].get("effect")}]
-    return {
-        "metadata": _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES),
-        "spec": spec,
-        "status": {"conditions": ready, "allocatable": alloc},
-    }
+    meta = _meta(obj.get("metadata") or {}, ANNOTATION_PREFIXES)
+    if "labels" in meta and isinstance(meta.get("name"), str):
+        meta["labels"] = node_labels.shared(meta["labels"], meta["name"])
+    return {"metadata": meta, "spec": spec, "status": {"conditions": ready, "allocatable": alloc}}
 
 
 def pod(obj: Obj) -> Obj:
