@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import logging
 import random
 import threading
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitops_gpu import names, osthread
 from gitops_gpu.errors import KubeError
-from gitops_gpu.sync import slim
+from gitops_gpu.sync import line_beats, slim
 
 if TYPE_CHECKING:  # the client's HTTP stack is not needed to judge nodes (preflight)
     from gitops_gpu import kube
@@ -128,6 +129,8 @@ class Informer:
         self._thread: threading.Thread | None = None
         self._project = slim.for_kind(kind)
         self._heartbeat = slim.HEARTBEATS.get(kind)
+        # Nodes: a kubelet's status heartbeat is told from the line's bytes (sync/line_beats).
+        self.line_beats = line_beats.LineBeats() if kind == "Node" else None
         self.lists = 0
         self.version = 0  # bumped on every change, so callers can skip work when idle
         self.events = 0  # watch events received
@@ -196,6 +199,8 @@ class Informer:
         return str(obj["metadata"]["name"])
 
     def _list(self) -> str:
+        if self.line_beats is not None:  # lines are compared with what the list replaces
+            self.line_beats.clear()
         items: dict[str, Obj] = {}
         cont = ""
         while True:
@@ -239,6 +244,9 @@ class Informer:
             try:
                 if not rv:
                     rv = self._list()
+                decode = slim.event_decoder(self.kind) or json.loads
+                if self.line_beats is not None:
+                    decode = self.line_beats.decoder(decode)
                 for event in self.client.watch(
                     self.api_version,
                     self.kind,
@@ -249,7 +257,7 @@ class Informer:
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
                     namespace=self.namespace,
-                    decode=slim.event_decoder(self.kind),
+                    decode=decode,
                     coalesce=self.coalesce,
                 ):
                     if self._stop.is_set():
@@ -279,8 +287,10 @@ class Informer:
         new_rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
         if kind == "BOOKMARK":
             return new_rv
-        name = obj["metadata"]["name"]
         self.events += 1
+        if kind == line_beats.BEAT:  # the line said nothing but its times changed
+            return new_rv
+        name = obj["metadata"]["name"]
         new = None if kind == "DELETED" else self._projected(name, obj)
         with self._lock:
             old = self._items.get(name)
