@@ -54,10 +54,11 @@ _values = st.sampled_from(["n1", "n2", "p", "all-disabled", ""])
     labels=st.dictionaries(_keys, _values),
     other=st.dictionaries(_keys, _values),
     name=st.sampled_from(["n1", "n2"]),
+    other_name=st.sampled_from(["n1", "n2"]),
     probe=_keys,
 )
 def test_shared_labels_read_exactly_as_the_dict(
-    labels: dict[str, str], other: dict[str, str], name: str, probe: str
+    labels: dict[str, str], other: dict[str, str], name: str, other_name: str, probe: str
 ) -> None:
     got = shared(labels, name)
     assert got.get(probe) == labels.get(probe)
@@ -67,4 +68,6 @@ def test_shared_labels_read_exactly_as_the_dict(
     assert dict(got.items()) == labels and {**got} == labels
     assert got == labels and labels == got
     assert (got == shared(other, name)) == (labels == other)
+    assert (got == shared(other, other_name)) == (labels == other)  # whatever the names
+    assert (got == shared(dict(reversed(labels.items())), name)) is True  # whatever the order
     assert (got == other) == (labels == other)
