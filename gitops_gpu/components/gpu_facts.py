@@ -8,10 +8,15 @@ CLI's one LIST, a test's dict) are converted once by :func:`of_status`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 import msgspec
+
+# NVML's GPU UUID: kept as its 128-bit number (44 bytes, not a 89-byte string: 80,000 GPUs at
+# 10,000 nodes) and written back exactly; any other form is kept as the string it was.
+_UUID = re.compile(r"GPU-([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})")
 
 
 class Ecc(TypedDict, total=False):
@@ -21,15 +26,36 @@ class Ecc(TypedDict, total=False):
 class Gpu(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
     """``index``, ``uuid``, ``state`` (ok, lost, error) and ``error`` as the agent wrote them;
     ``mig_mode`` {current, pending}, ``ecc_uncorrected`` {volatile} and ``page_retirement``
-    {mechanism, pending, failed} are small read-only mappings, shared between equal GPUs."""
+    {mechanism, pending, failed} are small read-only mappings, shared between equal GPUs.
+    The uuid is held as ``uid`` (:func:`compact`); read it as ``uuid``."""
 
     index: int | None = None
-    uuid: str | None = None
+    uid: int | str | None = msgspec.field(default=None, name="uuid")
     state: str | None = None
     error: str | None = None
     mig_mode: Mapping[str, Any] | None = None
     ecc_uncorrected: Ecc | None = None
     page_retirement: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Decoded or built, the uuid is held compact: a heartbeat's GPUs then compare equal
+        # to the cached ones (sync/slim.report_heartbeat) without a copy.
+        if type(self.uid) is str:
+            msgspec.structs.force_setattr(self, "uid", compact(self.uid))
+
+    @property
+    def uuid(self) -> str | None:
+        if type(self.uid) is int:
+            h = f"{self.uid:032x}"
+            return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return self.uid if isinstance(self.uid, str) else None
+
+    def plain(self) -> dict[str, Any]:
+        """As the agent wrote it (JSON-ready), the uuid as text."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        if self.uid is not None:
+            out["uuid"] = self.uuid
+        return out
 
     @property
     def name(self) -> str:
@@ -46,6 +72,16 @@ class Gpu(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=T
         return self.state == "ok"
 
 
+def compact(uuid: object) -> int | str | None:
+    """An NVML GPU UUID as its number; another string as it is; anything else None."""
+    if type(uuid) is int:
+        return uuid
+    if not isinstance(uuid, str):
+        return None
+    m = _UUID.fullmatch(uuid)
+    return int("".join(m.groups()), 16) if m else uuid
+
+
 def _typed(value: Any, kind: type) -> Any:
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
@@ -57,7 +93,7 @@ def from_mapping(gpu: Mapping[str, Any]) -> Gpu:
     volatile = ecc.get("volatile") if isinstance(ecc, Mapping) else None
     return Gpu(
         index=_typed(gpu.get("index"), int),
-        uuid=_typed(gpu.get("uuid"), str),
+        uid=_typed(gpu.get("uuid"), str),
         state=_typed(gpu.get("state"), str),
         error=_typed(gpu.get("error"), str),
         mig_mode=_typed(gpu.get("migMode"), Mapping),

@@ -217,7 +217,7 @@ def _gpu(gpu: Gpu | Mapping[str, Any]) -> Gpu:
     ecc = g.ecc_uncorrected
     return Gpu(
         index=g.index,
-        uuid=g.uuid,  # one per GPU: interning would only add a table entry
+        uid=g.uid,  # one per GPU, held as a number (components/gpu_facts)
         state=_i(g.state),
         error=g.error,
         mig_mode=None if g.mig_mode is None else _shared(_strings(g.mig_mode)),

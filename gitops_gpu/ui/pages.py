@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
+from gitops_gpu.components.gpu_facts import Gpu
 from gitops_gpu.components.holders import age
 from gitops_gpu.rollout.phases import format_time
 from gitops_gpu.rollout.status import stage_context
@@ -270,6 +271,8 @@ def key_values(caption: str, items: Iterable[tuple[str, object]]) -> str:
 
 def _plain(obj: object) -> object:
     # The cache keeps a report's GPUs as records (components/gpu_facts.py): shown as JSON.
+    if isinstance(obj, Gpu):
+        return obj.plain()
     return msgspec.to_builtins(obj) if isinstance(obj, msgspec.Struct) else str(obj)
 
 

@@ -371,6 +371,24 @@ def test_a_report_keeps_its_gpus_as_small_records_and_not_what_nothing_reads() -
         assert set(out["status"]) == {"gpus", "xidEvents", "driverVersion"}
 
 
+def test_a_gpu_uuid_is_held_as_a_number_and_read_back_exactly() -> None:
+    """NVML's form is 44 bytes as a number, 89 as a string; decoded or built, it reads back
+    as written (messages, the web view), and any other form is kept as it came."""
+    nvml = "GPU-8a1c2b3d-0e1f-4a5b-9c8d-7e6f5a4b3c2d"
+    decode = slim.event_decoder("NodeGPUReport")
+    assert decode is not None
+    for raw in (nvml, "GPU-8A1C2B3D-0E1F-4A5B-9C8D-7E6F5A4B3C2D", "MIG-1/2/3", "GPU-00"):
+        report = {"metadata": {"name": "a"}, "status": {"gpus": [{"index": 1, "uuid": raw}]}}
+        event = decode(json.dumps({"type": "MODIFIED", "object": report}).encode())
+        decoded = event["object"]["status"]["gpus"][0]
+        for gpu in (decoded, slim.report(event["object"])["status"]["gpus"][0]):
+            assert gpu.uuid == raw and gpu.name == f"GPU 1 ({raw})"
+            assert gpu.plain() == {"index": 1, "uuid": raw}
+        assert gpu == decoded  # a heartbeat's GPUs compare equal to the cached ones
+        assert (type(gpu.uid) is int) == (raw == nvml)
+    assert sys.getsizeof(Gpu(uid=nvml).uid) < sys.getsizeof(nvml) / 2 and Gpu().uuid is None
+
+
 def test_gpu_entries_that_do_not_fit_read_as_absent_fields() -> None:
     """A hostile or older agent's entry (wrong types, not an object) does not break the
     projection: a field of the wrong type reads as absent, a non-object entry is dropped."""
