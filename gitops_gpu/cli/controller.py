@@ -31,14 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gitops_gpu.controller")
 
 
-def duration(text: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
-    return float(text)
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("controller", help="poll the fleet repo and roll out canary-first")
     options.fleet_source(p, rev=False)
@@ -48,7 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ClusterPolicy, its part of each stage; required when the fleet lists several",
     )
     options.kubeconfig(p)
-    p.add_argument("--interval", type=duration, default=30.0, help="poll interval (30s)")
+    p.add_argument("--interval", type=options.duration, default=30.0, help="poll interval (30s)")
     options.status_record(p)
     p.add_argument(
         "--metrics-addr",
@@ -90,7 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--webhook-request-deadline",
-        type=duration,
+        type=options.duration,
         default=REQUEST_DEADLINE,
         metavar="DURATION",
         help="a whole request (line, headers, body) to --metrics-addr must arrive within this, "
@@ -105,19 +97,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--lease-duration",
-        type=duration,
+        type=options.duration,
         default=LEASE_DURATION,
         help="how long a standby waits on an unchanged Lease before taking over (15s)",
     )
     p.add_argument(
         "--renew-deadline",
-        type=duration,
+        type=options.duration,
         default=RENEW_DEADLINE,
         help="the leader stops writing when it could not renew for this long (10s)",
     )
     p.add_argument(
         "--retry-period",
-        type=duration,
+        type=options.duration,
         default=RETRY_PERIOD,
         help="how often the Lease is renewed or tried (2s)",
     )
@@ -127,7 +119,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--node-wait-alert-after",
-        type=duration,
+        type=options.duration,
         default=6 * 3600.0,
         metavar="DURATION",
         help="alert GitopsGpuNodeHeldByWorkload fires when the driver upgrade has waited this "

@@ -35,3 +35,21 @@ def test_a_command_without_cluster_or_with_its_own_cache_dir() -> None:
     args = _args("approve", "--repo", "r", "--stage", "s", "--cache-dir", "/c", "abc123")
     cfg = options.controller_config(args, "cli")
     assert cfg.cluster is None and cfg.cache_dir == Path("/c")
+
+
+def test_the_controller_reads_durations_as_fleet_yaml_does() -> None:
+    """One parser: ``--interval 1h30m`` means what ``1h30m`` means in fleet.yaml."""
+    args = _args(
+        "controller", "--repo", "r", "--interval", "1h30m", "--lease-duration", "1m30s",
+        "--renew-deadline", "45s", "--retry-period", "500ms",
+    )  # fmt: skip
+    assert (args.interval, args.lease_duration) == (5400.0, 90.0)
+    assert (args.renew_deadline, args.retry_period) == (45.0, 0.5)
+    assert _args("controller", "--repo", "r", "--interval", "7").interval == 7.0
+    for bad in ("-5s", "nan", "1x", "90d"):
+        try:
+            _args("controller", "--repo", "r", "--interval", bad)
+        except SystemExit as exc:
+            assert exc.code == 2, bad
+        else:
+            raise AssertionError(f"--interval {bad} was accepted")
