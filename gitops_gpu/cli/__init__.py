@@ -56,6 +56,20 @@ SUMMARIES = {
 }
 
 
+DESCRIPTION = """\
+GitOps for NVIDIA GPU Operator fleets: a git repo of per-nodepool ClusterPolicies, compiled
+into what the operator honours and rolled out canary first, stage by stage."""
+EPILOG = """\
+a pull request's loop:
+  gitops-gpu check fleet-repo --base origin/main    preflight, with file:line findings
+  gitops-gpu plan --repo fleet-repo --kubeconfig K  what would change, per pool and field
+in the cluster:
+  gitops-gpu controller --repo URL                  follow the branch, stage by stage
+  gitops-gpu status --repo URL                      where each stage stands, and why
+
+`gitops-gpu COMMAND --help` for a command's options; docs/ for the rest."""
+
+
 def version() -> str:
     from importlib import metadata  # noqa: PLC0415 - 35 ms, only --version and plugins need it
 
@@ -97,7 +111,12 @@ def _command(argv: Sequence[str]) -> str | None:
 def build_parser(command: str | None = None, *, listing: bool = False) -> argparse.ArgumentParser:
     """The whole CLI, or with ``command`` only the module that registers it; ``listing``: the
     commands' names and summaries only, no command module imported."""
-    parser = argparse.ArgumentParser(prog="gitops-gpu", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gitops-gpu",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--log-format",

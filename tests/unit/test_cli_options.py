@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from gitops_gpu import cli
@@ -53,3 +54,17 @@ def test_the_controller_reads_durations_as_fleet_yaml_does() -> None:
             assert exc.code == 2, bad
         else:
             raise AssertionError(f"--interval {bad} was accepted")
+
+
+def test_help_speaks_to_users_and_its_examples_parse() -> None:
+    text = cli.build_parser(listing=True).format_help()
+    assert "this module" not in text and "cli/" not in text  # not the developer docstring
+    examples = [
+        re.split(r"\s{2,}", line.strip())[0].split()[1:]
+        for line in cli.EPILOG.splitlines()
+        if line.strip().startswith("gitops-gpu ") and "COMMAND" not in line
+    ]
+    assert len(examples) == 4
+    for argv in examples:
+        args = _args(*argv)
+        assert args.func is not None, argv
