@@ -51,7 +51,7 @@ from gitops_gpu_dev.testbed.githttp import GitHTTP
 from gitops_gpu_dev.testbed.operator import NAMESPACE as OPERATOR_NAMESPACE
 
 # The real GPU Operator is the default; above this many nodes the simulator plays it. Measured
-# with --operator real (README, "Fleet scale"): ~OPERAND_PODS_PER_NODE operand pods a node,
+# with --operator real (docs/benchmarks.md): ~OPERAND_PODS_PER_NODE operand pods a node,
 # each scheduled by kube-scheduler and run by kwok, on the same 2 shared cores as the apiserver.
 REAL_MAX_NODES = 400
 SIM_REASON = (

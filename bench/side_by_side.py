@@ -1,10 +1,10 @@
-"""The README's side-by-side tables, regenerated from one set of bench/controller.py runs.
+"""The side-by-side tables of docs/benchmarks.md, regenerated from one set of bench/controller.py runs.
 
-    python bench/side_by_side.py [--out DIR] [--render-only] [--readme README.md]
+    python bench/side_by_side.py [--out DIR] [--render-only] [--readme docs/benchmarks.md]
 
 Runs bench/controller.py three times, each writing its figures with ``--json``: 5,000 nodes
 with Flux in the same run (simulated operator), 4 pools x 2 nodes with Flux on the real GPU
-Operator, and 50 x 8 on the real operator. Then replaces the README's block between
+Operator, and 50 x 8 on the real operator. Then replaces the benchmarks page's block between
 ``<!-- side-by-side`` and ``<!-- /side-by-side -->`` with tables built from those files alone,
 naming the commit they measured. ``--render-only`` rebuilds the tables from the files in
 ``--out`` without running anything. Refuses runs of different commits; exits 1 when a run
@@ -156,7 +156,7 @@ def load(out: Path) -> dict[str, Run]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / ".testbed" / "artifacts" / "side-by-side")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--readme", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
