@@ -25,6 +25,8 @@ Decode = Callable[[bytes], Any]
 
 # The event type a heartbeat line is answered with: the informer only moves its resourceVersion.
 BEAT = "HEARTBEAT"
+# Where a cached Node projection keeps its last applied line's fingerprint.
+KEY = "_line"
 _HEADER = re.compile(
     rb'\{"type":"(?:ADDED|MODIFIED)",(?P<object>"object":\{"kind":"Node","apiVersion":"v1",'
     rb'"metadata":\{"name":"(?P<name>[^"\\]+)","uid":"[^"\\]*","resourceVersion":")(?P<rv>\d+)"'
@@ -46,34 +48,39 @@ def fingerprint(line: bytes) -> tuple[str, str, int] | None:
 
 
 class LineBeats:
-    """The fingerprint of each node's last applied line, and the decoder that consults it.
-    Used by one informer's watch thread only; ``clear`` when the cache is listed afresh."""
+    """The decoder that answers a node's heartbeat lines. Each cached Node projection carries
+    its last applied line's fingerprint under ``KEY`` (set by the informer: ``remember``), so
+    a re-listed cache, whose projections carry none, compares with nothing."""
 
-    def __init__(self) -> None:
-        self._last: dict[str, int] = {}
+    def __init__(self, lookup: Callable[[str], Obj | None]) -> None:
+        self._lookup = lookup  # the informer's cached projection by name
         self.beats = 0  # lines answered without decoding
 
     def decoder(self, parse: Decode) -> Decode:
-        """``parse``, except for a line whose fingerprint equals its node's last one: that
-        gives a BEAT event carrying the name and the new resourceVersion."""
+        """``parse``, except for a line whose fingerprint equals its cached node's: that gives
+        a BEAT event carrying the name and the new resourceVersion. A parsed line's event
+        carries its fingerprint under ``KEY`` for ``remember``."""
 
         def decode(line: bytes) -> Any:
             fp = fingerprint(line)
             if fp is None:
-                event = parse(line)
-                if isinstance(event, dict) and event.get("type") == "DELETED":
-                    meta = (event.get("object") or {}).get("metadata") or {}
-                    self._last.pop(str(meta.get("name")), None)
-                return event
+                return parse(line)
             name, rv, digest = fp
-            if self._last.get(name) == digest:
+            cached = self._lookup(name)
+            if cached is not None and cached.get(KEY) == digest:
                 self.beats += 1
                 return {"type": BEAT, "object": {"metadata": {"name": name, "resourceVersion": rv}}}
             event = parse(line)
-            self._last[name] = digest  # the informer applies this event next
+            if isinstance(event, dict):
+                event[KEY] = digest
             return event
 
         return decode
 
-    def clear(self) -> None:
-        self._last.clear()
+    @staticmethod
+    def remember(event: Obj, cached: Obj) -> None:
+        """``cached`` (the projection the cache now holds for ``event``'s node) stands for the
+        event's line. A value set on a shared projection: readers never read ``KEY``."""
+        digest = event.get(KEY)
+        if digest is not None:
+            cached[KEY] = digest

@@ -130,7 +130,7 @@ class Informer:
         self._project = slim.for_kind(kind)
         self._heartbeat = slim.HEARTBEATS.get(kind)
         # Nodes: a kubelet's status heartbeat is told from the line's bytes (sync/line_beats).
-        self.line_beats = line_beats.LineBeats() if kind == "Node" else None
+        self.line_beats = line_beats.LineBeats(self._cached) if kind == "Node" else None
         self.lists = 0
         self.version = 0  # bumped on every change, so callers can skip work when idle
         self.events = 0  # watch events received
@@ -139,6 +139,9 @@ class Informer:
         self._log: list[tuple[int, str]] = []
         self._log_source = object()
         self._log_floor = 0
+
+    def _cached(self, name: str) -> Obj | None:
+        return self._items.get(name)  # the watch thread's own read (a re-list replaces the dict)
 
     def start(self) -> Informer:
         if self._thread is None:
@@ -199,8 +202,6 @@ class Informer:
         return str(obj["metadata"]["name"])
 
     def _list(self) -> str:
-        if self.line_beats is not None:  # lines are compared with what the list replaces
-            self.line_beats.clear()
         items: dict[str, Obj] = {}
         cont = ""
         while True:
@@ -298,8 +299,10 @@ class Informer:
                 if self._items.pop(name, None) is None:
                     return new_rv
             elif old is not None and slim.same_facts(old, new):
+                line_beats.LineBeats.remember(event, old)
                 return new_rv  # keeps the old resourceVersion: memos keyed on it stay valid
             else:
+                line_beats.LineBeats.remember(event, new)
                 if self._stamp:  # a change, observedAt included: seen now
                     new[names.REPORT_SEEN_KEY] = self._clock()
                 self._items[name] = new
