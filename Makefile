@@ -40,6 +40,7 @@ check: setup
 	$(VENV)/bin/ruff format --check gitops_gpu dev tests bench
 	$(VENV)/bin/ruff check gitops_gpu dev tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: setup
 	$(VENV)/bin/ruff format gitops_gpu dev tests bench

@@ -1,4 +1,5 @@
-"""The side-by-side tables of docs/benchmarks.md, regenerated from one set of bench/controller.py runs.
+"""docs/benchmarks.md's side-by-side tables, regenerated from one set of bench/controller.py
+runs.
 
     python bench/side_by_side.py [--out DIR] [--render-only] [--readme docs/benchmarks.md]
 

@@ -14,8 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 
 from gitops_gpu import events, heap, kube, names, sealed
 from gitops_gpu.analysis import Analyzer
@@ -31,6 +30,7 @@ from gitops_gpu.ledger import Ledger, ledger_name
 from gitops_gpu.metrics import Metrics
 from gitops_gpu.observe import Observer
 from gitops_gpu.operand_rollout import OperandRoller
+from gitops_gpu.pass_types import Config, PassReport
 from gitops_gpu.pull_requests import PullRequestChecker
 from gitops_gpu.rollout import line, machine, record
 from gitops_gpu.rollout.authentic import Authenticator
@@ -41,7 +41,7 @@ from gitops_gpu.rollout.gate import applied_commit
 from gitops_gpu.rollout.gitnotes import NOTES_REF, GitNotesBackend
 from gitops_gpu.rollout.inputs import Commit, PoolObservation, RolloutInput
 from gitops_gpu.rollout.line import LineStop
-from gitops_gpu.rollout.seal import Keyring, SealKey, TrustedKey
+from gitops_gpu.rollout.seal import Keyring, SealKey
 from gitops_gpu.rollout.span import own_contexts
 from gitops_gpu.rollout.status import (
     PENDING,
@@ -55,59 +55,12 @@ from gitops_gpu.sync import engine, verify_nodes, waits
 from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, NamedKey, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
-from gitops_gpu.sync.trust import Verifier
 from gitops_gpu.ui.facts import PassFacts
 from gitops_gpu.verdicts import CommitVerdict, Verdicts, first_line
 
 log = logging.getLogger(__name__)
 CONTROL_CONFIGMAP = "gitops-gpu-control"  # data.paused: "true" is the emergency brake
 FOLLOW_UP_SECONDS = 2.0
-
-
-@dataclass
-class Config:
-    repo: str
-    cache_dir: Path
-    branch: str = "main"
-    interval: float = 30.0
-    history: int = 20
-    namespace: str = "default"  # Lease, Events and the control ConfigMap
-    operator_namespace: str = "gpu-operator"
-    crds_dir: Path | None = None
-    status_backend: str = "gitnotes"
-    status_token_file: Path | None = None
-    # --verify-signatures: a commit no trusted key vouches for fails preflight before anything
-    # else (docs/trust.md).
-    verifier: Verifier | None = None
-    # gate.smokeTest Jobs run here (default: ``namespace``); gate.metrics query this Prometheus.
-    smoke_namespace: str | None = None
-    prometheus_url: str | None = None
-    # --cluster: the one cluster of a multi-cluster fleet this controller manages (its pools,
-    # its ClusterPolicy, its part of each stage; rollout/span.py). None: a one-cluster fleet.
-    cluster: str | None = None
-    # The record's seal (sealed.py): --record-key, else the Secret in ``namespace``; the
-    # other controllers whose seals count. ``seal_key``/``trusted``: keys already loaded.
-    record_key: Path | None = None
-    record_trusted_keys: Path | None = None
-    seal_key: SealKey | None = None
-    trusted: tuple[TrustedKey, ...] = ()
-    record_key_create: bool = True  # False: the key must exist (a person's one-shot command)
-    # GitopsGpuNodeHeldByWorkload fires past this wait (the metric carries it to the rule).
-    node_wait_alert_after: float = 6 * 3600.0
-    # --pull-requests: check open pull requests on the status backend's forge (pull_requests.py).
-    pull_requests: bool = False
-
-
-@dataclass
-class PassReport:
-    result: str = "ok"  # ok | error | standby | paused | held
-    head: str | None = None
-    held: str = ""  # why nothing is adopted (history rewritten)
-    actions: list[object] = field(default_factory=list)
-    applied: int = 0
-    statuses_written: int = 0
-    written: list[CommitStatus] = field(default_factory=list)  # the statuses, in order
-    error: str = ""
 
 
 def _pool_clusters(compiled: CompiledFleet | None) -> dict[str, str]:

@@ -32,7 +32,7 @@ from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.verdicts import Verdicts
 
 if TYPE_CHECKING:
-    from gitops_gpu.controller import Config, PassReport
+    from gitops_gpu.pass_types import Config, PassReport
 
 log = logging.getLogger("gitops_gpu.controller")
 

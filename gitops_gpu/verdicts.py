@@ -27,7 +27,7 @@ from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.sync.source import GitSource, NotFetchedError
 
 if TYPE_CHECKING:
-    from gitops_gpu.controller import Config
+    from gitops_gpu.pass_types import Config
 
 log = logging.getLogger("gitops_gpu.controller")
 CRD_REFRESH_SECONDS = 600.0

@@ -25,9 +25,10 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import CommitStatus, approval_context, stage_context
 from gitops_gpu_dev import demo_sharing, paths
 from gitops_gpu_dev.demo_trust import DemoTrust

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout import seal
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import CommitStatus, stage_context

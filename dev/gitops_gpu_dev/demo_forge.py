@@ -28,9 +28,10 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.fleet.compile import compile_fleet
 from gitops_gpu.fleet.loader import load_repo
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev import paths
 from gitops_gpu_dev.demo import DemoRepo, Show, _state, _wait

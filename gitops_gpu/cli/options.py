@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gitops_gpu.fleet.models import parse_duration
 
 if TYPE_CHECKING:
-    from gitops_gpu.controller import Config
+    from gitops_gpu.pass_types import Config
 
 
 def duration(text: str) -> float:
@@ -115,7 +115,7 @@ def crds(p: argparse.ArgumentParser, default: str) -> None:
 def controller_config(args: argparse.Namespace, cache: str, **more: Any) -> Config:
     """The controller Config that fleet_source, status_record, namespace and (where the command
     has it) --cluster spell; fetched repos go to ``cache`` beside the default cache."""
-    from gitops_gpu.controller import Config  # noqa: PLC0415 (every command loads options)
+    from gitops_gpu.pass_types import Config  # noqa: PLC0415 (every command loads options)
     from gitops_gpu.sync.source import default_cache_dir  # noqa: PLC0415
 
     return Config(

@@ -171,9 +171,16 @@ def _apply(args: argparse.Namespace) -> int:
     _emit(args, [p for _e, p in plans], {})
     if args.dry_run:
         return 0
-    done = operations.apply(
-        plans, force_conflicts=args.force_conflicts, all_batches=not args.no_wait
-    )
+    try:
+        done = operations.apply(
+            plans,
+            result.compiled,
+            force_conflicts=args.force_conflicts,
+            all_batches=not args.no_wait,
+        )
+    except operations.RefusedError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return Exit.FAILED
     many = len({p.cluster for p, _res in done}) > 1
     for plan, res in done:
         print(_tagged(report.apply_text(plan.cluster, res), plan.cluster, many))

@@ -1,6 +1,6 @@
 """The web view's rows, from one pass's facts: pure functions, no I/O.
 
-Stages read as `gitops-gpu status` reads them (operations.stage_entry), so the page and the
+Stages read as `gitops-gpu status` reads them (stage_view.stage_entry), so the page and the
 command cannot disagree; the rest (what a stage is taking, why it waits, the nodes that are not
 done, one node's rungs and evidence, one commit's record) are read off the same facts.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gitops_gpu import operations
+from gitops_gpu import stage_view
 from gitops_gpu.components.health import Health, NodeHealth
 from gitops_gpu.fleet.compiled import StageSpec
 from gitops_gpu.rollout import seal, span
@@ -58,7 +58,7 @@ def stages(facts: PassFacts) -> list[dict[str, Any]]:
     clusters = pool_clusters(facts) if _many(facts) else None
     out = []
     for stage in facts.compiled.stages:
-        entry = operations.stage_entry(
+        entry = stage_view.stage_entry(
             facts.at, rec, stage, facts.pools, facts.health, clusters, facts.stop, facts.waits
         )
         if facts.cluster is not None and clusters is not None:

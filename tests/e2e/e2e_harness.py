@@ -18,9 +18,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.leader import LeaseLock
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev.testbed import nodes, operator, operator_build, simulator

@@ -20,7 +20,8 @@ import pytest
 from e2e_harness import Env, RunningController, fast_gates, set_driver
 
 from gitops_gpu.cli import main
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT, stage_context
 from gitops_gpu.server import ControllerServer, Probes

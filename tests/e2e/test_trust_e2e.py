@@ -13,7 +13,8 @@ from signers import Signers, git, write_keys
 
 from gitops_gpu import names
 from gitops_gpu.cli import main
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT
 from gitops_gpu.sync.trust import Verifier
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu.controller import FOLLOW_UP_SECONDS, Config, Controller
+from gitops_gpu.controller import FOLLOW_UP_SECONDS, Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu_dev.testbed.session import Testbed
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from gitops_gpu import ledger
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.kube import Client
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import stage_context
 from gitops_gpu.sync import live
 from gitops_gpu_dev.testbed.session import Testbed

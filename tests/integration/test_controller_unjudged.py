@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.errors import KubeError
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT
 from gitops_gpu.sync.trust import Verdict, untrusted
 from gitops_gpu_dev.testbed.session import Testbed

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from rollout_fake_forge import OWNER, REPO, FakeForge
 
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
 from gitops_gpu.metrics import Metrics
+from gitops_gpu.pass_types import Config
 from gitops_gpu.server import ControllerServer, Probes
 from gitops_gpu.sync.source import TOKEN_ENV
 from gitops_gpu_dev.testbed.session import Testbed

@@ -15,7 +15,8 @@ import pytest
 from prometheus_fixtures import need
 from ruamel.yaml import YAML
 
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.phases import read_mark
 from gitops_gpu.rollout.status import stage_context

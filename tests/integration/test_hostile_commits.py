@@ -15,7 +15,8 @@ import pytest
 from hostile_cases import CASES, Case, crafted_escape_commit, git
 
 from gitops_gpu import names
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu_dev import paths
 from gitops_gpu_dev.testbed.session import Testbed
 

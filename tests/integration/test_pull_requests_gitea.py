@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu.controller import Config, Controller
+from gitops_gpu.controller import Controller
+from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout import pr_comment
 from gitops_gpu.rollout.gitea import GiteaBackend
 from gitops_gpu.rollout.status import PREFLIGHT_CONTEXT

@@ -177,6 +177,55 @@ def test_removed_pool_is_pruned_and_unlabelled_others_untouched(
             assert labels[names.POOL_LABEL] in keep
 
 
+def test_apply_refuses_a_commit_removing_most_pools_without_the_opt_in(
+    clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The controller's guard (GG041 against what the cluster runs) holds for `apply` too."""
+    tb = clean_cluster
+    assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
+    state = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    pools = sorted(state)
+    gone, kept = pools[1:], pools[0]
+    assert len(gone) * 2 > len(pools), "the example fleet needs three pools or more"
+
+    def drop(work: Path) -> None:
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        for victim in gone:
+            shutil.rmtree(work / "nodepools" / victim)
+            for stage in fleet["spec"]["stages"]:
+                if victim in stage["pools"]:
+                    stage["pools"].remove(victim)
+        fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+
+    fleet_remote.commit("remove most pools", drop)
+    rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+    assert rc == 1, err
+    assert f"removes {len(gone)} of the {len(pools)} pools" in err and "allowMassPoolRemoval" in err
+    after = {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+    assert after == state  # nothing written, not even the pool that stays
+
+    def opt_in(work: Path) -> None:
+        yaml = YAML()
+        fleet = yaml.load((work / "fleet.yaml").read_text())
+        fleet["spec"]["allowMassPoolRemoval"] = True
+        with (work / "fleet.yaml").open("w") as fh:
+            yaml.dump(fleet, fh)
+
+    fleet_remote.commit("yes, remove them", opt_in)
+    rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
+    assert rc == 0, err
+    assert sorted(d["metadata"]["name"] for d in tb.client.list(*DRV)["items"]) == [kept]
+
+
 def test_preflight_error_refuses_and_changes_nothing(
     clean_cluster: Testbed, fleet_remote: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

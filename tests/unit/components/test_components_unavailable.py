@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from components_builders import DRIVER, NOW, edit, healthy, pool, status_for
 
-from gitops_gpu import names, operations
+from gitops_gpu import names, stage_view
 from gitops_gpu.components import ladder, node
 from gitops_gpu.components.evidence import NodeEvidence
 from gitops_gpu.components.health import Health, Unavailability
@@ -145,7 +145,7 @@ def test_skip_is_the_default_and_the_verdict_carries_the_reason() -> None:
     assert pool_health.reason == "train: 3 Healthy, 1 Skipped"
     assert pool_health.first_failure == "gpu-4 NotReady since 12m (NodeStatusUnknown), skipped"
     # what `gitops-gpu status` lists for the pool
-    assert operations._pool("train", pool_health) == {
+    assert stage_view.pool_entry("train", pool_health) == {
         "pool": "train",
         "healthy": 3,
         "total": 4,

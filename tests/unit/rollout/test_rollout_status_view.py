@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gitops_gpu import operations
+from gitops_gpu import stage_view
 from gitops_gpu.fleet.compiled import GateSpec, StageSpec
 from gitops_gpu.rollout.phases import Phase, format_time, pending_description
 from gitops_gpu.rollout.record import Record
@@ -21,10 +21,10 @@ def _stage(on_failure: str = "rollback") -> StageSpec:
 def test_a_soaking_stage_says_how_long_is_left() -> None:
     text = pending_description("canary", Phase.SOAKING, T0, "1/1 nodes", soak_seconds=1800)
     soaking = CommitStatus(GOOD, CANARY, PENDING, text, created_at=T0)
-    assert operations._soak_left(_stage(), soaking, T0 + 600) == 1200
-    assert operations._soak_left(_stage(), soaking, T0 + 4000) == 0
+    assert stage_view.soak_left(_stage(), soaking, T0 + 600) == 1200
+    assert stage_view.soak_left(_stage(), soaking, T0 + 4000) == 0
     done = CommitStatus(GOOD, CANARY, SUCCESS, "canary: ok", created_at=T0)
-    assert operations._soak_left(_stage(), done, T0) is None
+    assert stage_view.soak_left(_stage(), done, T0) is None
 
 
 def test_after_a_rollback_the_stage_says_from_which_commit_and_why() -> None:
@@ -37,7 +37,7 @@ def test_after_a_rollback_the_stage_says_from_which_commit_and_why() -> None:
             CommitStatus(BAD, stage_context("training"), FAILURE, "elsewhere", created_at=T0 + 90),
         ]
     )
-    said = operations.last_event(record, _stage(), GOOD)
+    said = stage_view.last_event(record, _stage(), GOOD)
     assert said == f"rolled back from {BAD[:7]} at {format_time(T0 + 60)}: {why}"
-    assert operations.last_event(record, _stage("hold"), BAD).startswith(f"failed {OTHER[:7]}")
-    assert operations.last_event(Record([]), _stage(), GOOD) == ""
+    assert stage_view.last_event(record, _stage("hold"), BAD).startswith(f"failed {OTHER[:7]}")
+    assert stage_view.last_event(Record([]), _stage(), GOOD) == ""
