@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gitops_gpu import events, heap, kube, names, sealed
+from gitops_gpu import events, heap, kube, names, sealed, waits
 from gitops_gpu.analysis import Analyzer
 from gitops_gpu.components.health import Health, PoolHealth
 from gitops_gpu.components.holders import NodeWait
@@ -51,7 +51,7 @@ from gitops_gpu.rollout.status import (
 )
 from gitops_gpu.sealed import SealedRecord, stage_approvers
 from gitops_gpu.snapshot import PassSnapshot, Reader
-from gitops_gpu.sync import engine, verify_nodes, waits
+from gitops_gpu.sync import engine, verify_nodes
 from gitops_gpu.sync.live import MANAGED_SELECTOR, Informer, LiveReader, NamedKey, pod_node
 from gitops_gpu.sync.smoke import SmokeRunner
 from gitops_gpu.sync.source import GitSource, credentials_env
@@ -475,7 +475,7 @@ class Controller:
     def _workload_waits(
         self, snap: PassSnapshot, pools: dict[str, PoolObservation]
     ) -> dict[str, PoolObservation]:
-        """Who holds the nodes the driver upgrade waits on (sync/waits.py): kept on the nodes,
+        """Who holds the nodes the driver upgrade waits on (waits.py): kept on the nodes,
         in the metric, and said by the pool's observation (the stage's pending status)."""
         now = self.clock()
         found = waits.read_pass(self.client, snap, pools, now)

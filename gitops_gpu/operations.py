@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu import history_guard, kube, names
+from gitops_gpu import waits as waits_reader
 from gitops_gpu.components import drift, evidence, operator_state
 from gitops_gpu.components.health import PoolHealth
 from gitops_gpu.components.holders import NodeWait
@@ -37,7 +38,6 @@ from gitops_gpu.sealed import stage_approvers
 from gitops_gpu.snapshot import OperandContext, Reader
 from gitops_gpu.stage_view import stage_entry
 from gitops_gpu.sync import engine, prune
-from gitops_gpu.sync import waits as waits_reader
 from gitops_gpu.sync.live import Informer, LiveReader, pod_node
 from gitops_gpu.sync.operands import Operands
 from gitops_gpu.sync.source import BranchCommit

@@ -40,9 +40,9 @@ from gitops_gpu.components.health import (
     RungResult,
     aggregate,
 )
+from gitops_gpu.fleet.budget import resolve_max_unavailable
 from gitops_gpu.fleet.compiled import PoolTarget
 from gitops_gpu.kept import Kept
-from gitops_gpu.sync import labels
 
 Check = Callable[[NodeEvidence, PoolTarget, Options], RungResult]
 
@@ -100,7 +100,7 @@ def aggregate_pool(pool: PoolTarget, verdicts: Iterable[NodeHealth]) -> PoolHeal
     """Worst-of over verdicts from :func:`walk`, skipping at most the pool's maxUnavailable
     (resolved against its node count, rounded up as the GPU Operator does)."""
     members = list(verdicts)
-    budget = labels.resolve_max_unavailable(pool.max_unavailable, len(members))
+    budget = resolve_max_unavailable(pool.max_unavailable, len(members))
     return aggregate(pool.name, members, skip_budget=budget)
 
 

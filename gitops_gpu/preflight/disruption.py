@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitops_gpu.components import holders
+from gitops_gpu.fleet.budget import resolve_max_unavailable
 from gitops_gpu.fleet.compiled import CompiledFleet, PoolTarget
 from gitops_gpu.preflight import disruption_rules as rules
 from gitops_gpu.preflight.matrix import facts_for
 from gitops_gpu.preflight.plan import ObjectChange, Plan
-from gitops_gpu.sync.labels import resolve_max_unavailable
 from gitops_gpu.sync.live import selector_matches
 
 Obj = Mapping[str, Any]

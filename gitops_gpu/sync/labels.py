@@ -10,11 +10,11 @@ so a commit changing both moves the driver first.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gitops_gpu import names, timefmt
+from gitops_gpu.fleet.budget import resolve_max_unavailable
 from gitops_gpu.sync.diff import NodeLabelDiff
 from gitops_gpu.sync.live import node_ready
 
@@ -22,15 +22,6 @@ Obj = Mapping[str, Any]
 _BUSY_MIG_STATES = {"pending", "rebooting"}
 # Upgrade states in which the driver is not being replaced (k8s-operator-libs pkg/upgrade).
 _DRIVER_SETTLED = {"", "upgrade-done"}
-
-
-def resolve_max_unavailable(value: int | str, total: int) -> int:
-    """An int, or a percent of ``total`` rounded up (as the GPU Operator does); at least 1."""
-    if isinstance(value, str) and value.endswith("%"):
-        count = math.ceil(total * float(value[:-1]) / 100)
-    else:
-        count = int(value)
-    return max(1, count)
 
 
 def is_busy(node: Obj) -> bool:

@@ -1,7 +1,7 @@
 """The few nodes a pass's node-level steps act on, found in one walk per node-cache version.
 
 Three steps of a pass look for nodes in a particular state: the workload waits (a driver
-upgrade waiting on pods, or our record of since when: sync/waits.py), the upgrade holds (our
+upgrade waiting on pods, or our record of since when: waits.py), the upgrade holds (our
 hold annotation: sync/upgrade_holds.py) and new-node verification (our NoSchedule taint:
 sync/verify_nodes.py). In an idle fleet no node is in any of them, yet each step walked every
 node every pass (half the idle pass thread's samples at 5,000 nodes). The node cache changes rarely

@@ -36,7 +36,7 @@ from typing import Any
 
 from gitops_gpu import kube, names
 from gitops_gpu.errors import KubeError
-from gitops_gpu.sync.labels import resolve_max_unavailable
+from gitops_gpu.fleet.budget import resolve_max_unavailable
 from gitops_gpu.sync.live import selector_matches
 
 Obj = Mapping[str, Any]

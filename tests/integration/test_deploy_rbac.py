@@ -33,14 +33,14 @@ from test_deploy_grants import (
     token_for,
 )
 
-from gitops_gpu import kube, names
+from gitops_gpu import kube, names, waits
 from gitops_gpu.controller import Controller
 from gitops_gpu.fleet.compiled import SmokeTestSpec
 from gitops_gpu.leader import LEASE_API, LeaseLock
 from gitops_gpu.pass_types import Config
 from gitops_gpu.rollout.gitnotes import GitNotesBackend
 from gitops_gpu.rollout.status import stage_context
-from gitops_gpu.sync import operands, smoke, verify_nodes, waits
+from gitops_gpu.sync import operands, smoke, verify_nodes
 from gitops_gpu_dev.testbed import nodes
 from gitops_gpu_dev.testbed.reports import SnapshotReports
 from gitops_gpu_dev.testbed.session import Testbed

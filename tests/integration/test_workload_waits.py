@@ -1,4 +1,4 @@
-"""Who holds a node the driver upgrade waits on, read from the real apiserver (sync/waits.py):
+"""Who holds a node the driver upgrade waits on, read from the real apiserver (waits.py):
 a pod owned by a ReplicaSet, protected by a PodDisruptionBudget whose status the real disruption
 controller (kube-controller-manager) computes, on a KWOK node in drain-required."""
 
@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from gitops_gpu import names
+from gitops_gpu import names, waits
 from gitops_gpu.components.holders import DRAIN
 from gitops_gpu.fleet.compiled import PoolTarget
-from gitops_gpu.sync import waits
 
 POOL = "train"
 

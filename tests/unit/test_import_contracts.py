@@ -30,3 +30,24 @@ def test_every_contract_is_checked_by_make_check() -> None:
     check = makefile.split("\ncheck:", 1)[1].split("\n\n", 1)[0]
     assert "lint-imports" in check
     assert len(_contracts()) >= 6
+
+
+def test_no_two_parts_of_the_package_import_each_other() -> None:
+    """Package-level circles (a → b and b → a, any module of each): none, so each part can be
+    read, tested and moved on its own."""
+    import grimp  # noqa: PLC0415 - import-linter's graph library, only this test needs it
+
+    graph = grimp.build_graph("gitops_gpu", exclude_type_checking_imports=True)
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[str, set[str]] = {}
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if part(module) != part(imported):
+                edges.setdefault(part(module), set()).add(part(imported))
+    circles = sorted(
+        {tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())}
+    )
+    assert circles == []

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from gitops_gpu import names, timefmt
+from gitops_gpu.fleet import budget
 from gitops_gpu.sync import diff, labels
 
 
@@ -74,7 +75,7 @@ def test_node_labels_never_remove_keys_we_did_not_set() -> None:
     [("25%", 20, 5), ("25%", 3, 1), ("10%", 21, 3), (2, 50, 2), (0, 5, 1)],
 )
 def test_max_unavailable_rounds_up(value: int | str, total: int, expected: int) -> None:
-    assert labels.resolve_max_unavailable(value, total) == expected
+    assert budget.resolve_max_unavailable(value, total) == expected
 
 
 def _node(name: str, *, busy: bool = False) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitops_gpu import names
+from gitops_gpu import names, waits
 from gitops_gpu.components import holders
 from gitops_gpu.snapshot import Reader
-from gitops_gpu.sync import marks, upgrade_holds, verify_nodes, waits
+from gitops_gpu.sync import marks, upgrade_holds, verify_nodes
 from gitops_gpu.sync.live import ChangeLog
 
 STATES = [None, "upgrade-done", "upgrade-required", *sorted(holders.WAIT_STATES)]
