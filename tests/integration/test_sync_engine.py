@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,40 @@ def _plan_json(
         capsys, "plan", "--repo", url, "--kubeconfig", kubeconfig, "--format", "json", *extra
     )
     return rc, json.loads(out)
+
+
+def _driver_versions(tb: Testbed) -> dict[str, str]:
+    """Each NVIDIADriver's resourceVersion: equal before and after means nothing was written."""
+    return {
+        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
+        for d in tb.client.list(*DRV)["items"]
+    }
+
+
+def _edit_fleet(work: Path, edit: Callable[[Any], None]) -> None:
+    yaml = YAML()
+    fleet = yaml.load((work / "fleet.yaml").read_text())
+    edit(fleet["spec"])
+    with (work / "fleet.yaml").open("w") as fh:
+        yaml.dump(fleet, fh)
+
+
+def _drop_pools(*pools: str) -> Callable[[Path], None]:
+    """A commit's edit removing ``pools``: their directories and stage entries (and a stage
+    left empty)."""
+
+    def drop(work: Path) -> None:
+        for pool in pools:
+            shutil.rmtree(work / "nodepools" / pool)
+
+        def unlist(spec: Any) -> None:
+            for stage in spec["stages"]:
+                stage["pools"] = [p for p in stage["pools"] if p not in pools]
+            spec["stages"] = [s for s in spec["stages"] if s["pools"]]
+
+        _edit_fleet(work, unlist)
+
+    return drop
 
 
 def test_apply_then_in_sync_without_churn(
@@ -141,19 +176,7 @@ def test_removed_pool_is_pruned_and_unlabelled_others_untouched(
         if d["metadata"]["name"] != victim
     }
 
-    def drop(work: Path) -> None:
-
-        shutil.rmtree(work / "nodepools" / victim)
-        yaml = YAML()
-        fleet = yaml.load((work / "fleet.yaml").read_text())
-        for stage in fleet["spec"]["stages"]:
-            if victim in stage["pools"]:
-                stage["pools"].remove(victim)
-        fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(fleet, fh)
-
-    fleet_remote.commit(f"remove pool {victim}", drop)
+    fleet_remote.commit(f"remove pool {victim}", _drop_pools(victim))
     rc, plan = _plan_json(capsys, fleet_remote.url, tb.kubeconfig)
     assert rc == 3
     pruned = [o for o in plan["plans"][0]["clusterObjects"] if o["action"] == "pruned"]
@@ -183,44 +206,21 @@ def test_apply_refuses_a_commit_removing_most_pools_without_the_opt_in(
     """The controller's guard (GG041 against what the cluster runs) holds for `apply` too."""
     tb = clean_cluster
     assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
-    state = {
-        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
-        for d in tb.client.list(*DRV)["items"]
-    }
+    state = _driver_versions(tb)
     pools = sorted(state)
     gone, kept = pools[1:], pools[0]
     assert len(gone) * 2 > len(pools), "the example fleet needs three pools or more"
 
-    def drop(work: Path) -> None:
-        yaml = YAML()
-        fleet = yaml.load((work / "fleet.yaml").read_text())
-        for victim in gone:
-            shutil.rmtree(work / "nodepools" / victim)
-            for stage in fleet["spec"]["stages"]:
-                if victim in stage["pools"]:
-                    stage["pools"].remove(victim)
-        fleet["spec"]["stages"] = [s for s in fleet["spec"]["stages"] if s["pools"]]
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(fleet, fh)
-
-    fleet_remote.commit("remove most pools", drop)
+    fleet_remote.commit("remove most pools", _drop_pools(*gone))
     rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
     assert rc == 1, err
     assert f"removes {len(gone)} of the {len(pools)} pools" in err and "allowMassPoolRemoval" in err
-    after = {
-        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
-        for d in tb.client.list(*DRV)["items"]
-    }
-    assert after == state  # nothing written, not even the pool that stays
+    assert _driver_versions(tb) == state  # nothing written, not even the pool that stays
 
-    def opt_in(work: Path) -> None:
-        yaml = YAML()
-        fleet = yaml.load((work / "fleet.yaml").read_text())
-        fleet["spec"]["allowMassPoolRemoval"] = True
-        with (work / "fleet.yaml").open("w") as fh:
-            yaml.dump(fleet, fh)
-
-    fleet_remote.commit("yes, remove them", opt_in)
+    fleet_remote.commit(
+        "yes, remove them",
+        lambda work: _edit_fleet(work, lambda spec: spec.update(allowMassPoolRemoval=True)),
+    )
     rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
     assert rc == 0, err
     assert sorted(d["metadata"]["name"] for d in tb.client.list(*DRV)["items"]) == [kept]
@@ -231,10 +231,7 @@ def test_preflight_error_refuses_and_changes_nothing(
 ) -> None:
     tb = clean_cluster
     assert run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)[0] == 0
-    state = {
-        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
-        for d in tb.client.list(*DRV)["items"]
-    }
+    state = _driver_versions(tb)
     pool = sorted(state)[0]
 
     def break_it(work: Path) -> None:
@@ -249,11 +246,7 @@ def test_preflight_error_refuses_and_changes_nothing(
     rc, _out, err = run(capsys, "apply", "--repo", fleet_remote.url, "--kubeconfig", tb.kubeconfig)
     assert rc == 1
     assert "kernelModuleType" in err and "nothing was applied" in err
-    after = {
-        d["metadata"]["name"]: d["metadata"]["resourceVersion"]
-        for d in tb.client.list(*DRV)["items"]
-    }
-    assert after == state
+    assert _driver_versions(tb) == state
 
 
 def test_labels_change_in_batches_of_max_unavailable(
