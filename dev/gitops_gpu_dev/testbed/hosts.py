@@ -8,8 +8,10 @@ KWOK runs their pods (always Ready). What a real host would add, played here per
   GFD's ``nvidia.com/cuda.driver*`` labels after a driver change;
 - faults the real way: ``upgrade-failed`` makes any *new* driver version crash-loop on the node
   (the pod's container status goes to CrashLoopBackOff with restartCount > 10, which is what
-  k8s-operator-libs reads to move the node to ``upgrade-failed``); clearing the fault heals the
-  pod, and the operator moves the node on to ``uncordon-required``;
+  k8s-operator-libs reads to move the node to ``upgrade-failed``). A kwok Stage per faulty node
+  starts such pods crash-looping, never Ready (kwok_stages.driver_crash_stage); a crash written
+  after Ready is the fallback. Clearing the fault heals the pod, and the operator moves the node
+  on to ``uncordon-required``;
 - nudges: the upgrade controller does not watch pods and requeues every 2 minutes, so when a
   node waits on a pod (pod-restart, validation, upgrade-failed) or, owned by an NVIDIADriver,
   has no upgrade state yet, the skip label
@@ -177,6 +179,27 @@ def host_step(node: Obj, pod: Obj | None) -> tuple[sim.NodePatch, PodStatus | No
         patch.annotations[sim.DRIVER_ANN] = version
         patch.labels.update(sim.driver_labels(version))
     return patch, None
+
+
+def driver_image(pod: Obj) -> str | None:
+    """The driver container's image."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ctr = next((c for c in containers if c.get("name") == "nvidia-driver-ctr"), None)
+    return None if ctr is None else ctr.get("image")
+
+
+def crash_image(node: Obj, pod: Obj | None, have: str | None) -> str | None:
+    """The image a faulty node keeps running (its driver-crash stage spares only that one), or
+    None when the node has no fault. ``have`` is what its stage spares now: kept while the
+    fault lasts, so a later pod cannot widen it."""
+    if sim.fault(node) != "upgrade-failed":
+        return None
+    if have:
+        return have
+    running = (node.get("metadata", {}).get("annotations") or {}).get(sim.DRIVER_ANN)
+    if pod is None or running is None or pod_driver_version(pod) != running:
+        return None  # not known yet: the crash written after Ready stands in
+    return driver_image(pod)
 
 
 def handled(node: Obj, pod: Obj | None, wrote: bool) -> bool:

@@ -121,3 +121,87 @@ def set_smoke_failing(client: kube.Client, nodes: list[str]) -> None:
         client.apply(smoke_fail_stage(nodes), field_manager="gitops-gpu-testbed", force=True)
     else:
         client.delete(API, "Stage", SMOKE_FAIL_STAGE)
+
+
+DRIVER_CRASH_PREFIX = "testbed-driver-crash-"
+DRIVER_CONTAINER = "nvidia-driver-ctr"
+# The driver container's image, as kwok's query language reads it.
+_DRIVER_IMAGE = f'.spec.containers.[] | select( .name == "{DRIVER_CONTAINER}" ) | .image'
+
+
+def driver_crash_stage(node: str, running_image: str, restarts: int) -> dict[str, Any]:
+    """The stage that starts a driver pod on ``node`` crash-looping instead of Ready, unless it
+    runs ``running_image`` (the driver the host already loads).
+
+    It wins over kwok's pod-ready for the same Pending pod, so the pod is never Ready for a
+    moment: the upgrade controller, which may reconcile at any time, cannot validate a driver
+    that fails (a crash written after Ready raced it)."""
+    template = (
+        "{{ $now := Now }}\n"
+        "conditions:\n"
+        "- {lastTransitionTime: {{ $now | Quote }}, status: 'True', type: Initialized}\n"
+        "- {lastTransitionTime: {{ $now | Quote }}, status: 'False', type: Ready,"
+        " reason: ContainersNotReady}\n"
+        "- {lastTransitionTime: {{ $now | Quote }}, status: 'False', type: ContainersReady,"
+        " reason: ContainersNotReady}\n"
+        "containerStatuses:\n"
+        "{{ range .spec.containers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  imageID: ''\n"
+        "  name: {{ .name | Quote }}\n"
+        "  ready: false\n"
+        "  started: false\n"
+        f"  restartCount: {restarts}\n"
+        "  state:\n"
+        "    waiting:\n"
+        "      reason: CrashLoopBackOff\n"
+        "      message: 'simulated: the driver module fails to load on this host'\n"
+        "  lastState:\n"
+        "    terminated: {exitCode: 1, reason: Error, startedAt: {{ $now | Quote }},"
+        " finishedAt: {{ $now | Quote }}}\n"
+        "{{ end }}\n"
+        "initContainerStatuses:\n"
+        "{{ range .spec.initContainers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  name: {{ .name | Quote }}\n"
+        "  ready: true\n"
+        "  restartCount: 0\n"
+        "  state:\n"
+        "    terminated: {exitCode: 0, reason: Completed, startedAt: {{ $now | Quote }},"
+        " finishedAt: {{ $now | Quote }}}\n"
+        "{{ end }}\n"
+        "phase: Running\n"
+        "startTime: {{ $now | Quote }}\n"
+    )
+    return {
+        "apiVersion": API,
+        "kind": "Stage",
+        "metadata": {"name": DRIVER_CRASH_PREFIX + node},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "weight": 1,
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                    {"key": ".spec.nodeName", "operator": "In", "values": [node]},
+                    {
+                        "key": '.metadata.labels["app.kubernetes.io/component"]',
+                        "operator": "In",
+                        "values": ["nvidia-driver"],
+                    },
+                    {"key": _DRIVER_IMAGE, "operator": "NotIn", "values": [running_image]},
+                ]
+            },
+            "next": {"statusTemplate": template},
+        },
+    }
+
+
+def driver_crash_stages(client: kube.Client) -> set[str]:
+    """The nodes that have a driver-crash stage now."""
+    return {
+        s["metadata"]["name"][len(DRIVER_CRASH_PREFIX) :]
+        for s in client.list(API, "Stage")["items"]
+        if s["metadata"]["name"].startswith(DRIVER_CRASH_PREFIX)
+    }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gitops_gpu import kube, names
@@ -25,7 +25,7 @@ from gitops_gpu.agent import publish
 from gitops_gpu.errors import KubeError
 from gitops_gpu.sync import slim
 from gitops_gpu.sync.live import selector_matches
-from gitops_gpu_dev.testbed import hosts, plugin_sim
+from gitops_gpu_dev.testbed import hosts, kwok_stages, plugin_sim
 from gitops_gpu_dev.testbed import operator_sim as sim
 from gitops_gpu_dev.testbed.nodes import KWOK_ANNOTATION
 
@@ -59,6 +59,7 @@ class Simulator:
         self._status: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._crash: dict[str, str] | None = None  # node -> image its crash stage spares
         self.ticks = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -81,6 +82,12 @@ class Simulator:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        for node in self._crash or {}:  # a later test's pods on a same-named node run
+            try:
+                self.client.delete(kwok_stages.API, "Stage", kwok_stages.DRIVER_CRASH_PREFIX + node)
+            except KubeError as exc:
+                log.warning("driver-crash stage of %s left: %s", node, exc)
+        self._crash = None
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -166,7 +173,7 @@ class Simulator:
             "v1", "Pod", namespace=self.operator_namespace, label_selector=hosts.DRIVER_COMPONENT
         )["items"]
         by_node = hosts.driver_pods_by_node(pods)
-        writes = 0
+        writes = self._crash_stages(nodes, by_node)
         ready_to_nudge: list[Obj] = []
         for node in nodes:
             name = node["metadata"]["name"]
@@ -191,6 +198,28 @@ class Simulator:
                 if nudge is not None:
                     self.client.patch("v1", "Node", node["metadata"]["name"], nudge)
                     writes += 1
+        return writes
+
+    def _crash_stages(self, nodes: list[Obj], by_node: Mapping[str, hosts.Obj]) -> int:
+        """One driver-crash stage per node with the upgrade-failed fault, none for others."""
+        if self._crash is None:  # an earlier run's stages: redone or removed below
+            self._crash = dict.fromkeys(kwok_stages.driver_crash_stages(self.client), "")
+        want: dict[str, str] = {}
+        for node in nodes:
+            name = node["metadata"]["name"]
+            image = hosts.crash_image(node, by_node.get(name), self._crash.get(name))
+            if image:
+                want[name] = image
+        writes = 0
+        for name, image in want.items():
+            if self._crash.get(name) != image:
+                stage = kwok_stages.driver_crash_stage(name, image, hosts.CRASH_RESTARTS)
+                self.client.apply(stage, field_manager=MANAGER, force=True)
+                writes += 1
+        for name in set(self._crash) - set(want):
+            self.client.delete(kwok_stages.API, "Stage", kwok_stages.DRIVER_CRASH_PREFIX + name)
+            writes += 1
+        self._crash = want
         return writes
 
     def _set_status(self, api: tuple[str, str], name: str, state: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gitops_gpu import names
-from gitops_gpu_dev.testbed import hosts
+from gitops_gpu_dev.testbed import hosts, kwok_stages
 from gitops_gpu_dev.testbed import operator_sim as sim
 
 
@@ -111,3 +111,30 @@ def test_no_nudge_before_the_host_had_its_say_on_a_new_driver_pod() -> None:
     assert not hosts.handled(faulty, pod("580.142.01", ready=False), wrote=False)
     healthy = node(running="580.126.20", state="pod-restart-required")
     assert hosts.handled(healthy, fresh_ready, wrote=False)
+
+
+def test_a_faulty_nodes_crash_stage_spares_the_driver_it_runs_and_keeps_that_choice() -> None:
+    faulty = node(running="580.126.20", fault="upgrade-failed")
+    old = "nvcr.io/nvidia/driver:580.126.20-ubuntu24.04"
+    assert hosts.crash_image(faulty, pod("580.126.20"), None) == old
+    # Mid-upgrade (the pod is not the running driver): not known yet, and once known, kept.
+    assert hosts.crash_image(faulty, pod("580.142.01"), None) is None
+    assert hosts.crash_image(faulty, pod("580.142.01"), old) == old
+    assert hosts.crash_image(faulty, None, "") is None
+    assert hosts.crash_image(node(running="580.126.20"), pod("580.126.20"), old) is None
+
+
+def test_the_crash_stage_matches_only_new_driver_pods_on_its_node() -> None:
+    old = "nvcr.io/nvidia/driver:580.126.20-ubuntu24.04"
+    stage = kwok_stages.driver_crash_stage("n0", old, hosts.CRASH_RESTARTS)
+    assert stage["metadata"]["name"] == kwok_stages.DRIVER_CRASH_PREFIX + "n0"
+    assert stage["spec"]["weight"] == 1  # over kwok's pod-ready for the same pod
+    exprs = {
+        e["key"]: (e["operator"], e.get("values"))
+        for e in stage["spec"]["selector"]["matchExpressions"]
+    }
+    assert exprs[".spec.nodeName"] == ("In", ["n0"])
+    assert exprs[".status.phase"] == ("In", ["Pending"])
+    image_key = next(k for k in exprs if k.endswith(".image"))
+    assert exprs[image_key] == ("NotIn", [old])
+    assert f"restartCount: {hosts.CRASH_RESTARTS}" in stage["spec"]["next"]["statusTemplate"]
