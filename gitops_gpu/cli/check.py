@@ -20,7 +20,7 @@ from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import export, scratch
 from gitops_gpu.fleet.loader import RepoLoadError, load_repo
 from gitops_gpu.fleet.render import render_fleet
-from gitops_gpu.preflight import crd_source, history
+from gitops_gpu.preflight import crd_source, history, operator_release
 from gitops_gpu.preflight.disruption_text import disruption_json, disruption_text
 from gitops_gpu.preflight.disruption_text import summary as disruption_summary
 from gitops_gpu.preflight.findings import Finding, render_json, render_text, summary
@@ -239,7 +239,9 @@ def compile_cmd(args: argparse.Namespace) -> int:
     try:
         # The same tree check and the controller judge (fleet/export.py), not the raw checkout.
         with scratch.scratch_dir("gitops-gpu-tree-") as tmp:
-            repo = load_repo(export.export_tree(root, Path(tmp)).root)
+            tree = export.export_tree(root, Path(tmp)).root
+            repo = load_repo(tree)
+            releases, problems = operator_release.releases(repo, tree)
         commit = args.commit or history.head_commit(root) or "working-tree"
         compiled = fleet_compile.compile_fleet(repo, commit)
     except RepoLoadError as exc:
@@ -251,10 +253,23 @@ def compile_cmd(args: argparse.Namespace) -> int:
     except FleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return Exit.FAILED
+    unrendered = [f for f in problems if f.code in ("GG088", "GG091")]
+    if unrendered:  # the review would miss the operator: nothing is written
+        for f in unrendered:
+            sys.stderr.write(f.text() + "\n")
+        return Exit.FAILED
+    files = render_fleet(compiled)
+    for cname, release in sorted(releases.items()):
+        files.update(
+            {
+                f"{cname}/{rel}": text
+                for rel, text in operator_release.render_release(release).items()
+            }
+        )
     out: Path = args.out
     written = []
     made: set[Path] = set()
-    for rel, text in render_fleet(compiled).items():
+    for rel, text in files.items():
         target = out / rel
         if target.parent not in made:  # one mkdir per directory, not per file (4,000 files)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from gitops_gpu.fleet.tree_rules import (
     Skipped,
     TreeError,
     check_base,
+    check_operator_charts,
     check_paths,
     decode,
     select,
@@ -71,6 +72,7 @@ def export_commit(git_dir: Path, rev: str, dest: Path, sub: str = "") -> Export:
     dest.mkdir(parents=True, exist_ok=True)
     _write(git_dir, wanted, dest)
     check_base(entries, dest, lambda more: _write(git_dir, more, dest))
+    check_operator_charts(entries, dest, lambda more: _write(git_dir, more, dest))
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -22,6 +23,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -143,12 +145,56 @@ class Metadata(_Model):
         return check_dns_label(v)
 
 
+_RELEASE = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+REMOTE_CHART = ("oci://", "https://")
+
+
+class OperatorRelease(_Model):
+    """clusters[].gpuOperator: the GPU Operator release gitops-gpu installs and upgrades
+    (docs/operator-upgrades.md). The chart is rendered by Helm itself; what it renders is
+    reviewed in ``compile --out`` and checked by preflight before anything is applied."""
+
+    version: StrictStr
+    # a chart directory or .tgz in the fleet repo, or an oci:// or https:// chart reference
+    chart: StrictStr
+    values: StrictStr | None = None  # a values file in the fleet repo
+    # The operand DaemonSets are not OnDelete: the new operator's operands would move on
+    # every node at once. Refused (GG090) unless this says it is meant.
+    allow_unstaged_upgrade: StrictBool = False
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not _RELEASE.fullmatch(v):
+            raise ValueError(f"version {v!r} is not a release like v26.7.0")
+        return v
+
+    @field_validator("chart", "values")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is None or v.startswith(REMOTE_CHART):
+            return v
+        parts = PurePosixPath(v).parts
+        if not v or v.startswith("/") or ".." in parts or "\\" in v:
+            raise ValueError(
+                f"{v!r} must be a path inside the fleet repo (no leading '/', no '..')"
+                + ("" if v is None else ", or an oci:// or https:// chart")
+            )
+        return PurePosixPath(v).as_posix()
+
+    @property
+    def local_chart(self) -> str | None:
+        return None if self.chart.startswith(REMOTE_CHART) else self.chart
+
+
 class ClusterRef(_Model):
     name: StrictStr
     context: StrictStr | None = None
     # The GPU Operator release (its Helm chart version, e.g. v25.10.1) this cluster runs:
     # preflight checks the pools' drivers against it and compares it with AICR recipes.
+    # Declaration only; gpuOperator (below) also installs and upgrades it.
     gpu_operator_version: StrictStr | None = None
+    gpu_operator: OperatorRelease | None = None
     # Where the GPU Operator runs: the device-plugin ConfigMap built from the fleet repo goes
     # there (the operator reads devicePlugin.config.name in its own namespace).
     operator_namespace: StrictStr = "gpu-operator"
@@ -157,6 +203,22 @@ class ClusterRef(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         return check_dns_label(v)
+
+    @model_validator(mode="after")
+    def _one_release(self) -> ClusterRef:
+        op, declared = self.gpu_operator, self.gpu_operator_version
+        if op is not None and declared is not None and declared != op.version:
+            raise ValueError(
+                f"gpuOperatorVersion {declared} and gpuOperator.version {op.version} disagree: "
+                "keep gpuOperator.version only"
+            )
+        return self
+
+    @property
+    def operator_release(self) -> str | None:
+        """The release this cluster runs or is to run: gpuOperator.version, else the
+        declared gpuOperatorVersion."""
+        return self.gpu_operator.version if self.gpu_operator else self.gpu_operator_version
 
 
 # registry/path:tag or @digest: a registry host (has a '.' or ':', or is localhost) comes first.

@@ -3,9 +3,9 @@
 The controller's export of a commit (:mod:`gitops_gpu.fleet.export`) and ``gitops-gpu check``'s
 export of a working tree (:mod:`gitops_gpu.fleet.worktree`) turn their listings into
 :class:`Entry` values and hand them here: the path checks (:func:`check_paths`), the per-entry
-rules (:func:`select`), the ``spec.base`` check (:func:`check_base`) and the one way a file is
-written (:func:`write_file`). So a submodule, symlink, special file or size gets one answer on
-both sides.
+rules (:func:`select`), the ``spec.base`` check (:func:`check_base`), the GPU Operator chart
+check (:func:`check_operator_charts`) and the one way a file is written (:func:`write_file`).
+So a submodule, symlink, special file or size gets one answer on both sides.
 
 A fleet repo is untrusted input: a commit may hold symlinks to ``/etc/passwd``, symlink loops,
 a symlink ``zz`` next to a tree entry ``zz/pwn.txt`` (an arbitrary file write for a naive
@@ -21,7 +21,9 @@ exporter), duplicate entries, ``..`` components or a 300 MiB blob. So the rules:
   error where the fleet format reads a file, else skipped with a note;
 - read only the blobs the fleet format can name (``*.yaml``, ``*.yml``, ``*.json``), each
   within the per-file limit and all within the per-repo limit; other blobs are never read into
-  memory (a commit's through one ``git cat-file --batch``);
+  memory (a commit's through one ``git cat-file --batch``), but for the ``spec.base`` file and
+  a cluster's local ``gpuOperator`` chart and values (Helm renders the chart from the export:
+  each of its files regular, with no symlink, within the same limits);
 - write only regular files below ``dest``, created with ``O_EXCL`` and ``O_NOFOLLOW``.
 """
 
@@ -302,3 +304,141 @@ def check_base(
         )
     if not entry.path.endswith(READ_SUFFIXES):
         write([entry])
+
+
+_REMOTE_CHART = ("oci://", "https://")
+_CHART_VENDOR_FIX = (
+    "vendor the chart's files into the fleet repo (no submodule): the controller exports the "
+    "fleet repo's own tree only"
+)
+
+
+def check_operator_charts(
+    entries: Sequence[Entry], dest: Path, write: Callable[[Sequence[Entry]], None]
+) -> None:
+    """fleet.yaml's spec.clusters[].gpuOperator chart and values: Helm renders the chart from
+    the export, so a chart directory is written whole (templates, ``.helmignore``, a ``.tgz``
+    in it), a chart or values file even without a YAML suffix. Each entry must be a regular
+    file within the limits: Helm follows a symlink, so one anywhere in a chart is an error."""
+    fleet = dest / "fleet.yaml"
+    if not fleet.is_file():
+        return
+    try:
+        doc = yamlio.load_file(fleet, dest)
+    except FleetError:
+        return  # the loader reports it with its position
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    clusters = spec.get("clusters") if isinstance(spec, dict) else None
+    if not isinstance(clusters, list):
+        return
+    by_path = {e.path: e for e in entries}
+    limits = yamlio.LIMITS
+    # What select wrote already counts against the repo limit too.
+    total = sum(e.size for e in entries if _selected(e))
+    seen: set[tuple[str, str]] = set()
+    more: dict[str, Entry] = {}
+    for i, cluster in enumerate(clusters):
+        release = cluster.get("gpuOperator") if isinstance(cluster, dict) else None
+        if not isinstance(release, dict):
+            continue
+        for key in ("chart", "values"):
+            ref = release.get(key)
+            if not isinstance(ref, str) or ref.startswith(_REMOTE_CHART):
+                continue
+            rel = PurePosixPath(ref).as_posix()
+            if (key, rel) in seen:
+                continue  # clusters sharing one chart: checked and written once
+            seen.add((key, rel))
+            line = doc.where(("spec", "clusters", i, "gpuOperator", key))[0]
+            name = f"spec.clusters[{i}].gpuOperator.{key}"
+            for e in _chart_entries(rel, key, by_path, entries, line, name):
+                _check_chart_entry(e, rel, key, line, name)
+                if e.path.endswith(READ_SUFFIXES) or e.path in more:
+                    continue  # select wrote it already
+                if os.path.lexists(dest.joinpath(*e.path.split("/"))):
+                    continue  # the spec.base file, written by check_base
+                total += e.size
+                if total > limits.repo_bytes:
+                    raise TreeError(
+                        f"the {key} '{ref}' and the fleet files exceed {limits.repo_bytes} "
+                        "bytes together",
+                        file="fleet.yaml",
+                        line=line,
+                        field=name,
+                        fix="vendor the chart alone (no tests or docs beside it), or raise "
+                        "--max-repo-bytes",
+                        code=YAML_CODE,
+                    )
+                more[e.path] = e
+    if more:
+        write([e for e in entries if e.path in more])  # in tree order
+
+
+def _selected(e: Entry) -> bool:
+    """The entries :func:`select` writes (it raised for the rest it could not skip)."""
+    return (
+        e.kind == "blob"
+        and e.mode not in (SYMLINK, SUBMODULE)
+        and e.path.endswith(READ_SUFFIXES)
+        and e.size <= yamlio.LIMITS.file_bytes
+    )
+
+
+def _chart_entries(
+    rel: str,
+    key: str,
+    by_path: dict[str, Entry],
+    entries: Sequence[Entry],
+    line: int,
+    name: str,
+) -> list[Entry]:
+    """The entries a chart or values path names: the file, or every entry below a chart
+    directory; none when it does not exist (preflight reports that)."""
+    entry = by_path.get(rel)
+    if entry is not None:
+        return [entry]
+    # Inside a submodule or below a symlink: Helm would read outside the export; name the
+    # entry that hides it.
+    above = next((by_path[str(p)] for p in PurePosixPath(rel).parents if str(p) in by_path), None)
+    if above is not None and above.mode in (SYMLINK, SUBMODULE):
+        raise TreeError(
+            f"the {key} '{rel}' is inside the {_what(above)} {above.path}, which the "
+            "controller does not read",
+            file="fleet.yaml",
+            line=line,
+            field=name,
+            fix=_CHART_VENDOR_FIX if above.mode == SUBMODULE else _SYMLINK_FIX,
+        )
+    if key != "chart" or rel == ".":
+        return []  # a values directory: Helm reports it
+    prefix = rel + "/"
+    return [e for e in entries if e.path.startswith(prefix)]
+
+
+def _check_chart_entry(e: Entry, rel: str, key: str, line: int, name: str) -> None:
+    what = f"the {key} {e.path}" if e.path == rel else f"{e.path} in the chart"
+
+    def refuse(message: str, fix: str, code: str = TREE_CODE) -> TreeError:
+        return TreeError(
+            f"{what} {message}", file="fleet.yaml", line=line, field=name, fix=fix, code=code
+        )
+
+    if e.mode == SUBMODULE or e.kind == "commit":
+        raise refuse(
+            "is a git submodule; the controller exports the fleet repo's own tree, without "
+            "the submodule's files",
+            _CHART_VENDOR_FIX,
+        )
+    if e.kind != "blob":
+        raise refuse(
+            f"is a {e.kind}, not a regular file; git cannot commit it",
+            "replace it with a regular file",
+        )
+    if e.mode == SYMLINK:
+        raise refuse("is a symlink; Helm would follow it out of the fleet repo", _SYMLINK_FIX)
+    if e.size > yamlio.LIMITS.file_bytes:
+        raise refuse(
+            f"is {e.size} bytes, over the {yamlio.LIMITS.file_bytes} byte limit",
+            "trim the chart (a GPU Operator chart's files are small), or raise --max-file-bytes",
+            YAML_CODE,
+        )

@@ -26,6 +26,7 @@ from gitops_gpu.fleet.tree_rules import (
     Export,
     TreeError,
     check_base,
+    check_operator_charts,
     check_paths,
     decode,
     fleet_read,
@@ -48,6 +49,7 @@ def export_worktree(root: Path, dest: Path) -> Export:
     dest.mkdir(parents=True, exist_ok=True)
     _copy(root, wanted, dest)
     check_base(entries, dest, lambda more: _copy(root, more, dest))
+    check_operator_charts(entries, dest, lambda more: _copy(root, more, dest))
     return result
 
 

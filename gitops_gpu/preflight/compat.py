@@ -111,4 +111,7 @@ def operator_version_where(repo: FleetRepo, cluster: str) -> tuple[str, int]:
     index = next((i for i, c in enumerate(refs) if c.name == cluster), None)
     if index is None:
         return doc.file, doc.where(("spec",))[0]
-    return doc.file, doc.where(("spec", "clusters", index, "gpuOperatorVersion"))[0]
+    key: tuple[str | int, ...] = (
+        ("gpuOperator", "version") if refs[index].gpu_operator else ("gpuOperatorVersion",)
+    )
+    return doc.file, doc.where(("spec", "clusters", index, *key))[0]

@@ -30,7 +30,11 @@ def cache_root() -> Path:
 
 def load_all(path: Path, root: Path | None = None) -> list[Any]:
     """The YAML documents of ``path``, from the cache when its content was parsed before."""
-    data = path.read_bytes()
+    return load_all_bytes(path.read_bytes(), root)
+
+
+def load_all_bytes(data: bytes, root: Path | None = None) -> list[Any]:
+    """The YAML documents of ``data``, from the cache when it was parsed before."""
     key = hashlib.sha256(PARSER.encode() + b"\0" + data).hexdigest()
     cached = (root or cache_root()) / f"{key}.json"
     with contextlib.suppress(OSError, ValueError):

@@ -161,6 +161,23 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.ERROR,
         "a pool selects a MIG layout missing from the repo-built MIG ConfigMap",
     ),
+    "GG088": (Severity.ERROR, "a gpuOperator chart or values file is missing or not a chart"),
+    "GG089": (Severity.ERROR, "a gpuOperator values key the chart neither defaults nor reads"),
+    "GG090": (
+        Severity.ERROR,
+        "an operator release whose operand DaemonSets are not OnDelete cannot be staged",
+    ),
+    "GG091": (Severity.ERROR, "Helm cannot render the gpuOperator chart with its values"),
+    "GG092": (Severity.ERROR, "the gpuOperator chart runs another operator than the declared one"),
+    "GG093": (
+        Severity.ERROR,
+        "the release's CRDs drop a version the cluster has stored objects in",
+    ),
+    "GG094": (
+        Severity.ERROR,
+        "the cluster's CRDs lack fields the compiled objects set: they would be pruned silently",
+    ),
+    "GG095": (Severity.WARNING, "the cluster's CRDs are older than the GPU Operator release"),
 }
 
 

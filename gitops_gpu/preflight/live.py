@@ -123,7 +123,8 @@ def _objects(cluster: ClusterTarget) -> Iterator[tuple[str, Any]]:
         yield name, cluster.pools[name].driver
 
 
-def _file(repo: FleetRepo, pool: str, cluster: ClusterTarget) -> str:
+def file_of(repo: FleetRepo, pool: str, cluster: ClusterTarget) -> str:
+    """The file that holds what ``pool`` (or, for "", the cluster's shared objects) sets."""
     if pool:
         src = repo.pools[pool]
         return (src.policy_doc or src.pool_doc).file
@@ -147,7 +148,7 @@ def dry_run(
                     "GG012",
                     f"cluster '{cname}' refuses {kind}/{name} "
                     f"(server-side dry-run): {exc.args[0] if exc.args else exc}",
-                    file=_file(repo, pool, cluster),
+                    file=file_of(repo, pool, cluster),
                     fix=exc.fix or "see the message",
                     pool=pool,
                     cluster=cname,

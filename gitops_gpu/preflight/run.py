@@ -36,6 +36,8 @@ from gitops_gpu.preflight import (
     matrix,
     mig_layout_check,
     operand_checks,
+    operator_crds,
+    operator_release,
     promql,
     recipe_check,
     recipe_live,
@@ -45,6 +47,7 @@ from gitops_gpu.preflight import (
 )
 from gitops_gpu.preflight.disruption import Disruption, make_disruption
 from gitops_gpu.preflight.findings import Finding, has_errors, sort_findings
+from gitops_gpu.preflight.operator_release import Release
 from gitops_gpu.preflight.plan import Plan, make_plan
 from gitops_gpu.preflight.schema import load_crds
 
@@ -59,6 +62,7 @@ class PreflightResult:
     base_commit: str | None = None
     live_nodes: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     disruption: Disruption | None = None  # with base_rev: what the plan does to nodes
+    releases: Mapping[str, Release] = field(default_factory=dict)  # cluster -> gpuOperator
 
     @property
     def ok(self) -> bool:
@@ -120,8 +124,11 @@ def run_preflight(
                 for e in exc.errors
             ]
             return PreflightResult(sort_findings(found + notes), None)
+        # Helm renders from the export too: the chart the controller would see.
+        releases, notes_release = operator_release.releases(repo, tree)
     compiled, conflicts = fleet_compile.compile_checked(repo, sha)
-    findings: list[Finding] = notes + list(checks.conflicts(repo, conflicts))
+    findings: list[Finding] = notes + notes_release + list(checks.conflicts(repo, conflicts))
+    findings += operator_release.unstaged(repo, compiled)
     schema_findings = list(conformance.cluster_policies(repo, crds))
     findings += schema_findings
     findings += conformance.drivers(repo, compiled, crds, schema_findings)
@@ -161,6 +168,7 @@ def run_preflight(
     findings += mig_layout_check.config_files(repo)
     if clients:
         findings += live.dry_run(repo, compiled, clients)
+        findings += operator_crds.check(repo, compiled, clients, releases, crds)
 
     plan, base_sha, impact = None, None, None
     if base_rev:
@@ -170,7 +178,13 @@ def run_preflight(
             inv = live.inventory(compiled, base, nodes, clients) if clients else None
             impact = make_disruption(plan, base, compiled, inv)
     return PreflightResult(
-        sort_findings(findings), None if conflicts else compiled, plan, base_sha, nodes, impact
+        sort_findings(findings),
+        None if conflicts else compiled,
+        plan,
+        base_sha,
+        nodes,
+        impact,
+        releases,
     )
 
 
