@@ -13,7 +13,7 @@ from gitops_gpu.cli.exits import Exit
 from gitops_gpu.errors import GitopsGpuError
 
 # Command modules, in the order `--help` lists them.
-COMMAND_MODULES = ("check", "sync", "nodes", "agent", "rollout", "controller")
+COMMAND_MODULES = ("check", "sync", "operator", "nodes", "agent", "rollout", "controller")
 # Commands other distributions add (the dev tools: `testbed`, `demo`): name -> module.
 PLUGIN_GROUP = "gitops_gpu.commands"
 # command -> the module that registers it: a run imports only its own command's module, so
@@ -23,6 +23,7 @@ COMMANDS = {
     "compile": "check",
     "plan": "sync",
     "apply": "sync",
+    "operator": "operator",
     "agent": "agent",
     "nodes": "nodes",
     "status": "rollout",
@@ -43,6 +44,7 @@ SUMMARIES = {
     "compile": "write the compiled objects as YAML, one file per object",
     "plan": "what would change in the cluster, per pool and field",
     "apply": "preflight, then server-side apply what drifted",
+    "operator": "the cluster's GPU Operator release (gpuOperator): operator apply",
     "nodes": "per-node health: the first failing component rung",
     "agent": "node agent: publish this node's NVML facts (NodeGPUReport)",
     "status": "per stage: commit, state, gate; per pool: node health",

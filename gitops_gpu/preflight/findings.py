@@ -175,7 +175,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "GG094": (
         Severity.ERROR,
-        "the cluster's CRDs lack fields the compiled objects set: they would be pruned silently",
+        "the cluster's CRDs lack fields the compiled objects set (refused, or pruned silently)",
     ),
     "GG095": (Severity.WARNING, "the cluster's CRDs are older than the GPU Operator release"),
 }

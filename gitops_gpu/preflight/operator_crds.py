@@ -2,8 +2,9 @@
 
 Read with ``check --kubeconfig`` (and ``plan``), upgrade or not:
 
-- GG094: a compiled ClusterPolicy or NVIDIADriver sets a field the live CRD lacks: the
-  apiserver would prune it without a word (the CRDs were not upgraded with the operator);
+- GG094: a compiled ClusterPolicy or NVIDIADriver sets a field the live CRD lacks (the CRDs
+  were not upgraded with the operator): a server-side apply of it is refused ("field not
+  declared in schema", seen on a real apiserver), a client-side one prunes the field silently;
 - GG093: the release's CRD no longer lists a version the cluster stores objects in (the
   apiserver refuses that CRD update: migrate the objects first);
 - GG095: the live CRD lacks fields the release's CRD has (``gpuOperator``), or the CRDs
@@ -112,9 +113,10 @@ def _pruned(
             continue
         yield Finding.make(
             "GG094",
-            f"cluster '{cname}': its {obj['kind']} CRD has no {_shown(paths)}: "
-            f"{obj['kind']}/{obj['metadata']['name']} would be applied without "
-            f"{'it' if len(paths) == 1 else 'them'}, silently",
+            f"cluster '{cname}': its {obj['kind']} CRD has no {_shown(paths)}: the apiserver "
+            f"refuses a server-side apply of {obj['kind']}/{obj['metadata']['name']} ('field "
+            "not declared in schema'), and a client-side apply (kubectl, Helm) drops "
+            f"{'it' if len(paths) == 1 else 'them'} silently",
             file=file_of(repo, pool, cluster),
             pool=pool,
             cluster=cname,

@@ -74,7 +74,7 @@ def fleet(
     (root / "fleet.yaml").write_text(text.replace("    - name: default\n", block, 1))
     if edit is not None:
         edit(root)
-    _git(root, "init", "-q")
+    _git(root, "init", "-q", "-b", "main")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "fleet with its operator release")
     return root
