@@ -10,19 +10,23 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import operations
+from gitops_gpu import kube, operations
 from gitops_gpu.cli import options, verify_args
 from gitops_gpu.cli.exits import Exit
+from gitops_gpu.errors import KubeError
 from gitops_gpu.fleet import compile as fleet_compile
 from gitops_gpu.fleet import loader
 from gitops_gpu.fleet.compiled import CompiledFleet
-from gitops_gpu.preflight import crd_source, live, run_preflight
+from gitops_gpu.preflight import crd_source, live, operator_crds, operator_release, run_preflight
 from gitops_gpu.preflight.disruption import Disruption, make_disruption
 from gitops_gpu.preflight.disruption_text import disruption_json, disruption_text
+from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.preflight.plan import make_plan
+from gitops_gpu.preflight.schema import load_crds
 from gitops_gpu.sync import engine, report, source
 
 
@@ -105,7 +109,7 @@ def _tagged(text: str, cluster: str, many: bool) -> str:
 
 def _plan(args: argparse.Namespace) -> int:
     try:
-        _sha, _path, compiled = load(args)
+        _sha, path, compiled = load(args)
         engines = operations.plan(compiled, args.kubeconfig, args.pool, args.stage)
     except KeyError as exc:
         print(f"error: unknown pool or stage {exc}", file=sys.stderr)
@@ -113,13 +117,25 @@ def _plan(args: argparse.Namespace) -> int:
     except verify_args.UntrustedCommitError as exc:
         print(exc, file=sys.stderr)
         return Exit.FAILED
+    except KubeError as exc:
+        # A dry-run the cluster refuses: stale CRDs are the usual cause, so name them.
+        print(f"error: {exc}", file=sys.stderr)
+        for f in _stale_crds(args, path, compiled, _clients(args, compiled)):
+            print(f.text(), file=sys.stderr)
+        return Exit.FAILED
     plans = [p for _e, p in engines]
     nvml = [] if args.no_nvml else operations.nvml_drift(engines, compiled)
     impact = _disruption(args, compiled, engines) if args.base else None
+    stale = _stale_crds(args, path, compiled, {p.cluster: e.client for e, p in engines})
     extra: dict[str, Any] = {"nvmlDrift": [d.as_dict() for d in nvml]}
+    extra["crds"] = [f.as_dict() for f in stale]
     if impact is not None:
         extra["disruption"] = disruption_json(impact)
     _emit(args, plans, extra)
+    if stale and args.format == "text":
+        print(f"GPU Operator CRDs ({len(stale)} findings):")
+        for f in stale:
+            print("  " + f.text().replace("\n", "\n  "))
     if impact is not None and args.format == "text":
         print(disruption_text(impact), end="")
     if nvml and args.format == "text":
@@ -129,6 +145,27 @@ def _plan(args: argparse.Namespace) -> int:
     # The exit code reflects objects and labels gitops-gpu would change; NVML drift is the
     # GPUs catching up (or failing to) and is reported, not applied.
     return Exit.OK if all(p.in_sync for p in plans) else Exit.PENDING
+
+
+def _clients(args: argparse.Namespace, compiled: CompiledFleet) -> dict[str, kube.Client]:
+    return {
+        c.name: kube.Client.from_kubeconfig(args.kubeconfig, context=c.context)
+        for c in compiled.clusters.values()
+    }
+
+
+def _stale_crds(
+    args: argparse.Namespace,
+    path: Path,
+    compiled: CompiledFleet,
+    clients: Mapping[str, kube.Client],
+) -> list[Finding]:
+    """The live CRDs against what the commit applies and its gpuOperator release (or
+    ``--crds``): fields the cluster would refuse or drop (operator_crds.py)."""
+    repo = loader.load_repo(path)
+    releases, _problems = operator_release.releases(repo, path)  # check reports those
+    reference = load_crds(args.crds) if args.crds else {}
+    return list(operator_crds.check(repo, compiled, clients, releases, reference))
 
 
 def _disruption(

@@ -5,6 +5,7 @@ run its pod); a second run changes nothing; a commit that fails preflight applie
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,31 @@ def test_a_commit_that_fails_preflight_applies_nothing(
     live = tb.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", DRIVERS)
     assert "upgradePolicy" not in str(crd_change.versions(live)["v1alpha1"])
     assert tb.client.get("apps/v1", "Deployment", "gpu-operator", NS) is None
+
+
+def test_plan_names_the_stale_crds_until_the_release_is_applied(
+    stale_cluster: Testbed, tmp_path: Path, capsys: Any
+) -> None:
+    tb = stale_cluster
+    root = fleet(tmp_path)
+
+    def plan() -> tuple[int, str, str]:
+        capsys.readouterr()
+        rc = main(
+            ["plan", "--repo", str(root), "--kubeconfig", tb.kubeconfig, "--format", "json",
+             "--cache-dir", str(tmp_path / "cache"), "--no-nvml"]
+        )  # fmt: skip
+        captured = capsys.readouterr()
+        return rc, captured.out, captured.err
+
+    # The cluster refuses the dry-run of every NVIDIADriver: plan says why, per pool.
+    rc, _out, err = plan()
+    assert rc == 1 and "field not declared in schema" in err
+    for pool in ("canary", "infer-l40s", "train-h100", "train-b200"):
+        assert any("GG094" in ln and f"NVIDIADriver/{pool} " in ln for ln in err.splitlines()), err
+    assert "GG095" in err and "the release v26.7.0" in err
+    rc, out = _apply(root, tb, tmp_path, capsys)
+    assert rc == 0, out
+    rc, out, err = plan()
+    assert rc in (0, 3), err
+    assert json.loads(out)["crds"] == []
