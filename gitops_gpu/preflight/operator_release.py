@@ -160,7 +160,8 @@ def _one(c: _Cluster, tree: Path) -> tuple[list[Finding], Release | None]:
             found += _unknown(c, chart, doc)
     try:
         text = helm.template(
-            op.chart,
+            # ./ so Helm never reads a local path as a <repo>/<chart> reference
+            op.chart if chart_rel is None else f"./{chart_rel}",
             cwd=tree,
             release=RELEASE,
             namespace=c.ref.operator_namespace,

@@ -18,7 +18,7 @@ from test_operator_release import CRDS, VALUES, fleet, helm_env
 from gitops_gpu.cli import main
 from gitops_gpu.preflight import crd_change, run_preflight
 from gitops_gpu_dev import paths
-from gitops_gpu_dev.testbed import crds, nodes
+from gitops_gpu_dev.testbed import crds, nodes, operator_env
 from gitops_gpu_dev.testbed.session import Testbed
 
 __all__ = ["helm_env"]  # the fixture: gpuOperator charts render with the pinned Helm
@@ -28,8 +28,13 @@ NS = "gpu-operator"
 
 @pytest.fixture
 def stale_cluster(clean_cluster: Testbed) -> Iterator[Testbed]:
-    """v26.3.3's NVIDIADriver CRD, one node for the operator's pod; the release's objects go."""
+    """v26.3.3's NVIDIADriver CRD, one node for the operator's pod; afterwards the release's
+    objects go and the testbed's own install of the operator is put back."""
     tb = clean_cluster
+    # As the session's real operator leaves it (the e2e tests run first): the chart's
+    # Deployment, scaled to 0, beside the operator process (operator_env.py).
+    installed = operator_env.as_installed(operator_env.helm_deployment(NS), NS)
+    tb.client.apply(installed, field_manager="gitops-gpu-testbed", force=True)
     crds.install_objects(tb.client, [_old_driver_crd()])
     tb.client.create(nodes.node_manifest("ops-000", {}, "NVIDIA-H100-80GB-HBM3"))
     try:
@@ -52,6 +57,7 @@ def stale_cluster(clean_cluster: Testbed) -> Iterator[Testbed]:
                 if item["metadata"]["name"].startswith("gpu-operator"):
                     out.delete("rbac.authorization.k8s.io/v1", kind, item["metadata"]["name"])
         crds.install(out, [paths.default_crds_dir() / "nvidia.com_nvidiadrivers.yaml"])
+        out.apply(installed, field_manager="gitops-gpu-testbed", force=True)  # as it was
 
 
 def _apply(root: Path, tb: Testbed, tmp: Path, capsys: Any) -> tuple[int, str]:
@@ -82,7 +88,7 @@ def test_crds_first_then_the_operator_then_nothing_to_do(
     assert rc == 0, out
     lines = out.splitlines()
     crd_at = lines.index(f"CustomResourceDefinition/{DRIVERS} configured")
-    operator_at = lines.index("Deployment/gpu-operator created")
+    operator_at = lines.index("Deployment/gpu-operator configured")  # was scaled to 0
     assert crd_at < operator_at  # CRDs first
     assert "CRDs Established, the operator rolled out" in out
 
@@ -110,7 +116,9 @@ def test_a_commit_that_fails_preflight_applies_nothing(
     assert rc == 1 and "GG089" in out and "nothing was applied" in out
     live = tb.client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", DRIVERS)
     assert "upgradePolicy" not in str(crd_change.versions(live)["v1alpha1"])
-    assert tb.client.get("apps/v1", "Deployment", "gpu-operator", NS) is None
+    dep = tb.client.get("apps/v1", "Deployment", "gpu-operator", NS)
+    assert dep["spec"]["replicas"] == 0  # still the testbed's, untouched
+    assert "gitops-gpu" not in {m["manager"] for m in dep["metadata"]["managedFields"]}
 
 
 def test_plan_names_the_stale_crds_until_the_release_is_applied(
