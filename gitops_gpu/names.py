@@ -51,3 +51,6 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 DRIVER_OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
+
+# The GPU Operator chart's operator Deployment (its release name, as NVIDIA installs it).
+OPERATOR_DEPLOYMENT = "gpu-operator"

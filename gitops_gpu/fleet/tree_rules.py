@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import yamlio
+from gitops_gpu.fleet.models import REMOTE_CHART
 from gitops_gpu.fleet.problems import TREE_CODE, YAML_CODE
 
 READ_SUFFIXES = (".yaml", ".yml", ".json")
@@ -306,7 +307,6 @@ def check_base(
         write([entry])
 
 
-_REMOTE_CHART = ("oci://", "https://")
 _CHART_VENDOR_FIX = (
     "vendor the chart's files into the fleet repo (no submodule): the controller exports the "
     "fleet repo's own tree only"
@@ -343,7 +343,7 @@ def check_operator_charts(
             continue
         for key in ("chart", "values"):
             ref = release.get(key)
-            if not isinstance(ref, str) or ref.startswith(_REMOTE_CHART):
+            if not isinstance(ref, str) or ref.startswith(REMOTE_CHART):
                 continue
             rel = PurePosixPath(ref).as_posix()
             if (key, rel) in seen:

@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from gitops_gpu import names
 from gitops_gpu.errors import GitopsGpuError
 from gitops_gpu.fleet.compiled import CompiledFleet
 from gitops_gpu.fleet.loader import FleetRepo
 from gitops_gpu.preflight import compat, crd_change, crd_source
 from gitops_gpu.preflight.findings import Finding
 from gitops_gpu.preflight.live import LiveClient, file_of
-from gitops_gpu.preflight.operator_release import OPERATOR_DEPLOYMENT, Release
+from gitops_gpu.preflight.operator_release import Release
 from gitops_gpu.preflight.schema import CrdSchema
 
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
@@ -59,7 +60,7 @@ def running_version(client: LiveClient, namespace: str) -> str | None:
     except GitopsGpuError:
         return None
     for dep in items:
-        if (dep.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:
+        if (dep.get("metadata") or {}).get("name") != names.OPERATOR_DEPLOYMENT:
             continue
         containers = dep["spec"]["template"]["spec"].get("containers") or []
         image = str(containers[0].get("image", "")) if containers else ""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gitops_gpu import helm
+from gitops_gpu import helm, names
 from gitops_gpu.errors import FleetError
 from gitops_gpu.fleet import operator_chart, yamlio
 from gitops_gpu.fleet.compiled import CompiledFleet
@@ -29,7 +29,6 @@ from gitops_gpu.preflight import crd_cache
 from gitops_gpu.preflight.findings import Finding
 
 RELEASE = "gpu-operator"  # the Helm release name NVIDIA's install guide uses
-OPERATOR_DEPLOYMENT = "gpu-operator"
 _LEFT_TO_POOLS = {
     ("nvidia.com/v1", "ClusterPolicy"): "compiled from the fleet repo's pools",
     ("nvidia.com/v1alpha1", "NVIDIADriver"): "compiled per pool from the fleet repo",
@@ -50,7 +49,7 @@ class Release:
     @property
     def operator_image(self) -> str | None:
         for obj in self.objects:
-            if obj.get("kind") == "Deployment" and _name(obj) == OPERATOR_DEPLOYMENT:
+            if obj.get("kind") == "Deployment" and _name(obj) == names.OPERATOR_DEPLOYMENT:
                 containers = obj["spec"]["template"]["spec"].get("containers") or []
                 return str(containers[0].get("image")) if containers else None
         return None

@@ -25,7 +25,7 @@ from gitops_gpu import kube, names
 from gitops_gpu.errors import GitopsGpuError
 
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-OPERATOR_DEPLOYMENT = "gpu-operator"
+OPERATOR_DEPLOYMENT = names.OPERATOR_DEPLOYMENT
 # RBAC and the things pods mount before the workloads that use them.
 _ORDER: tuple[str, ...] = ("Namespace", "ServiceAccount", "ClusterRole", "Role")
 _ORDER += ("ClusterRoleBinding", "RoleBinding", "ConfigMap", "Service", "Deployment", "DaemonSet")
